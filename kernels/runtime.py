@@ -1,0 +1,62 @@
+"""Decide, once per process, where tensors live and how Triton runs.
+
+Triton fixes interpreter-or-compiled when a kernel is *decorated*, and the interpreter cannot
+follow a pointer table into CUDA memory. So the choice is made here, before any kernel module is
+imported, and never changes afterwards:
+
+- no CUDA (or ``KVPARITY_DEVICE=cpu``): ``TRITON_INTERPRET=1``, every tensor on the CPU;
+- CUDA available (or ``KVPARITY_DEVICE=cuda``): compiled Triton, every tensor on the GPU.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+import torch
+
+_ENV_DEVICE = "KVPARITY_DEVICE"
+
+
+def _choose_device() -> torch.device:
+    requested = os.environ.get(_ENV_DEVICE, "").strip().lower()
+    if requested not in ("", "cpu", "cuda"):
+        raise RuntimeError(f"{_ENV_DEVICE}={requested!r}: expected 'cpu' or 'cuda'")
+    if requested == "cuda" and not torch.cuda.is_available():
+        raise RuntimeError(f"{_ENV_DEVICE}=cuda but torch sees no CUDA device")
+    if requested == "cpu" or not torch.cuda.is_available():
+        return torch.device("cpu")
+    return torch.device("cuda")
+
+
+def _fix_triton_mode(device: torch.device) -> bool:
+    interpret = device.type == "cpu"
+    wanted = "1" if interpret else "0"
+    current = os.environ.get("TRITON_INTERPRET")
+    if "triton" in sys.modules and (current == "1") != interpret:
+        raise RuntimeError(
+            "triton was imported before kernels.runtime chose its mode "
+            f"(TRITON_INTERPRET={current!r}, device {device}); import kernels first"
+        )
+    os.environ["TRITON_INTERPRET"] = wanted
+    return interpret
+
+
+DEVICE: torch.device = _choose_device()
+INTERPRET: bool = _fix_triton_mode(DEVICE)
+BACKENDS: tuple[str, ...] = ("triton", "torch")
+
+
+def check_backend(backend: str) -> str:
+    """Return ``backend`` if it names a known backend, else raise a clear ValueError."""
+    if backend not in BACKENDS:
+        raise ValueError(f"backend={backend!r}: expected one of {BACKENDS}")
+    return backend
+
+
+def describe() -> str:
+    """One line saying how this process runs kernels (printed by test runs and benchmarks)."""
+    import triton
+
+    mode = "Triton interpreter" if INTERPRET else "compiled Triton"
+    return f"device={DEVICE} ({mode}), torch {torch.__version__}, triton {triton.__version__}"

@@ -1,0 +1,1 @@
+"""The parity harness (scenarios, runner, comparison, report)."""

@@ -1,0 +1,97 @@
+"""A world: one version (legacy or refactored) on one backend (triton or torch) with its own pools,
+allocator and cache. The harness plays the same scenario in several worlds and compares them."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from kernels import runtime
+from mem_cache.allocator import PagedTokenToKVPoolAllocator, TokenToKVPoolAllocator
+from mem_cache.memory_pool import ReqToTokenPool
+from mem_cache.radix_cache import RadixCache
+from parity.poison import POISON
+
+VERSIONS = ("legacy", "refactored")
+CACHE_KINDS = ("radix", "chunk", "none")
+
+
+@dataclass(frozen=True)
+class Geometry:
+    pool_rows: int
+    max_context_len: int
+    kv_slots: int
+    page_size: int = 1
+    need_sort: bool = False
+
+
+def _version_module(version: str) -> Any:
+    if version == "legacy":
+        import legacy
+
+        return legacy
+    if version == "refactored":
+        import refactored
+
+        return refactored
+    raise ValueError(f"version={version!r}: expected one of {VERSIONS}")
+
+
+def _allocator(geometry: Geometry, device: torch.device, backend: str) -> TokenToKVPoolAllocator:
+    if geometry.page_size == 1:
+        return TokenToKVPoolAllocator(geometry.kv_slots, device, need_sort=geometry.need_sort, backend=backend)
+    return PagedTokenToKVPoolAllocator(
+        geometry.kv_slots, geometry.page_size, device, need_sort=geometry.need_sort, backend=backend
+    )
+
+
+@dataclass
+class World:
+    version: str
+    backend: str
+    req_to_token_pool: ReqToTokenPool
+    allocator: TokenToKVPoolAllocator
+    tree_cache: Any
+    module: Any
+
+    @property
+    def name(self) -> str:
+        return f"{self.version}/{self.backend}"
+
+    def new_req(self, rid: str, tokens: list[int], **kwargs: Any) -> Any:
+        return self.module.Req(rid, tokens, **kwargs)
+
+    def batch(self, reqs: list[Any]) -> Any:
+        return self.module.ScheduleBatch.init_new(
+            reqs, self.req_to_token_pool, self.allocator, self.tree_cache, backend=self.backend
+        )
+
+
+def build_world(
+    version: str,
+    backend: str,
+    geometry: Geometry,
+    cache_kind: str,
+    *,
+    device: torch.device | None = None,
+    poison: int | None = POISON,
+) -> World:
+    """A fresh world; ``req_to_token`` is filled with ``poison`` so unwritten cells show."""
+    module = _version_module(version)
+    runtime.check_backend(backend)
+    device = runtime.DEVICE if device is None else device
+    pool = ReqToTokenPool(geometry.pool_rows, geometry.max_context_len, device)
+    if poison is not None:
+        pool.req_to_token.fill_(poison)
+    allocator = _allocator(geometry, device, backend)
+    if cache_kind == "radix":
+        cache: Any = RadixCache(pool, allocator, geometry.page_size)
+    elif cache_kind == "chunk":
+        cache = module.ChunkCache(pool, allocator, geometry.page_size)
+    elif cache_kind == "none":
+        cache = None
+    else:
+        raise ValueError(f"cache_kind={cache_kind!r}: expected one of {CACHE_KINDS}")
+    return World(version, backend, pool, allocator, cache, module)

@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# Create (once) the project's virtual environment in .venv and install kvparity with its test
+# extra. Idempotent: a second run only checks. Prints the path of the environment's python.
+#   KVPARITY_VENV     where to put the environment (default: .venv in the repository)
+#   KVPARITY_TORCH    the torch requirement to install first (default: torch==2.13.0; any other
+#                     pip requirement works, e.g. a CUDA build on a GPU machine)
+set -euo pipefail
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+venv=${KVPARITY_VENV:-$root/.venv}
+python=${PYTHON:-python3}
+
+"$python" -c 'import sys; sys.exit(sys.version_info < (3, 10))' \
+  || { echo "kvparity needs Python >= 3.10 (found $("$python" --version 2>&1))" >&2; exit 2; }
+if [ ! -x "$venv/bin/python" ]; then
+  "$python" -m venv "$venv" >&2
+fi
+py="$venv/bin/python"
+if ! "$py" -c 'import torch, triton, hypothesis, pytest, xdist, kernels' >/dev/null 2>&1; then
+  "$py" -m pip install -q --upgrade pip >&2
+  "$py" -m pip install -q "${KVPARITY_TORCH:-torch==2.13.0}" >&2
+  "$py" -m pip install -q -e "$root[test]" >&2
+fi
+echo "$py"
