@@ -34,7 +34,7 @@ def write_req_to_token_pool_triton(
     prefix_len = tl.load(prefix_lens + pid)
     seq_len = tl.load(seq_lens + pid)
 
-    out_start = 0
+    out_start = tl.cast(0, tl.int64)  # int64: the compiler rejects a loop-carried int32 -> int64
     for earlier in range(pid):
         out_start += tl.load(extend_lens + earlier)
 

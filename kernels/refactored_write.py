@@ -47,7 +47,7 @@ def write_req_to_token_pool_with_prefix_triton(
         tl.store(row_base + offsets, slots.to(tl.int32), mask=mask)
 
     # New slots: exactly the legacy kernel's work.
-    out_start = 0
+    out_start = tl.cast(0, tl.int64)  # int64: the compiler rejects a loop-carried int32 -> int64
     for earlier in range(pid):
         out_start += tl.load(extend_lens + earlier)
     new_len = seq_len - prefix_len
