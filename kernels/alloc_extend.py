@@ -115,6 +115,8 @@ def alloc_extend(
         out = torch.empty(extend_num_tokens, dtype=torch.int64, device=prefix_lens.device)
     bs = prefix_lens.numel()
     if bs == 0:
+        if extend_num_tokens != 0:
+            raise ValueError(f"alloc_extend: extend_num_tokens={extend_num_tokens} for an empty batch")
         return out
     if backend == "torch":
         _alloc_extend_torch(prefix_lens, seq_lens, last_loc, free_pages, page_size, out)
