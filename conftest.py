@@ -8,8 +8,13 @@ import os
 import sys
 import tempfile
 
+# The controller picks one base directory (the user's TRITON_CACHE_DIR, or a fresh temporary one);
+# workers inherit it through the environment and each takes its own sub-directory.
 _worker = os.environ.get("PYTEST_XDIST_WORKER", "main")
-os.environ.setdefault("TRITON_CACHE_DIR", tempfile.mkdtemp(prefix=f"kvparity-triton-{_worker}-"))
+_base = os.environ.setdefault(
+    "KVPARITY_TRITON_CACHE_BASE", os.environ.get("TRITON_CACHE_DIR") or tempfile.mkdtemp(prefix="kvparity-triton-")
+)
+os.environ["TRITON_CACHE_DIR"] = os.path.join(_base, f"worker-{_worker}")
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from kernels import runtime  # noqa: E402  (decides TRITON_INTERPRET before triton is imported)
