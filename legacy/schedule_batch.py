@@ -8,7 +8,7 @@ import torch
 
 from kernels.last_loc import get_last_loc
 from kernels.legacy_write import write_extend_slots
-from mem_cache.common import alloc_paged_token_slots_extend, alloc_req_slots, alloc_token_slots
+from mem_cache.common import alloc_req_slots
 from mem_cache.schedule_batch import ScheduleBatchBase, account_extend, extend_lens_of
 
 
@@ -27,22 +27,12 @@ class ScheduleBatch(ScheduleBatchBase):
             account_extend(req, seq_len, pre_len)
         req_pool_indices = torch.tensor(rows, dtype=torch.int64, device=self.device)
         # 4. KV slots; paged allocation reads last_loc back from the rows written in step 3.
-        if self.page_size == 1:
-            out_cache_loc = alloc_token_slots(self.tree_cache, self.token_to_kv_pool_allocator, lens.extend_num_tokens)
-        else:
-            self.last_loc = get_last_loc(
+        last_loc = None
+        if self.page_size > 1:
+            last_loc = get_last_loc(
                 self.req_to_token_pool.req_to_token, req_pool_indices, lens.prefix_lens_tensor, backend=self.backend
             )
-            out_cache_loc = alloc_paged_token_slots_extend(
-                self.tree_cache,
-                self.token_to_kv_pool_allocator,
-                lens.prefix_lens_tensor,
-                lens.prefix_lens_cpu,
-                lens.seq_lens_tensor,
-                lens.seq_lens_cpu,
-                self.last_loc,
-                lens.extend_num_tokens,
-            )
+        out_cache_loc = self._alloc_extend_slots(lens, last_loc)
         # 5. The new slots, into columns [prefix_len, seq_len) of each row.
         write_extend_slots(
             self.req_to_token_pool.req_to_token,

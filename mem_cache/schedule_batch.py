@@ -10,7 +10,7 @@ from typing import Any, Sequence
 import torch
 
 from kernels import runtime
-from mem_cache.common import alloc_for_decode
+from mem_cache.common import alloc_for_decode, alloc_paged_token_slots_extend, alloc_token_slots
 
 
 @dataclass
@@ -120,6 +120,23 @@ class ScheduleBatchBase:
         row_width = self.req_to_token_pool.req_to_token.shape[1]
         for i, req in enumerate(self.reqs):
             check_extend_request(req, i, row_width)
+
+    def _alloc_extend_slots(self, lens: ExtendLens, last_loc: torch.Tensor | None) -> torch.Tensor:
+        """The batch's new KV slots (evicting first when short); ``last_loc`` is used, and kept on
+        the batch, only when pages are larger than one slot."""
+        if self.page_size == 1:
+            return alloc_token_slots(self.tree_cache, self.token_to_kv_pool_allocator, lens.extend_num_tokens)
+        self.last_loc = last_loc
+        return alloc_paged_token_slots_extend(
+            self.tree_cache,
+            self.token_to_kv_pool_allocator,
+            lens.prefix_lens_tensor,
+            lens.prefix_lens_cpu,
+            lens.seq_lens_tensor,
+            lens.seq_lens_cpu,
+            last_loc,
+            lens.extend_num_tokens,
+        )
 
     def _keep_extend_fields(self, lens: ExtendLens, rows: list[int], out_cache_loc: torch.Tensor) -> None:
         self.req_pool_indices = _int64(rows, self.device)

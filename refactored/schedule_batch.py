@@ -10,7 +10,7 @@ from typing import Any, Sequence
 import torch
 
 from kernels.refactored_write import write_prefix_and_extend_slots
-from mem_cache.common import alloc_paged_token_slots_extend, alloc_req_slots, alloc_token_slots
+from mem_cache.common import alloc_req_slots
 from mem_cache.schedule_batch import ScheduleBatchBase, account_extend, extend_lens_of
 
 
@@ -63,20 +63,8 @@ class ScheduleBatch(ScheduleBatchBase):
         rows = alloc_req_slots(self.req_to_token_pool, len(self.reqs))
         req_pool_indices = torch.tensor(rows, dtype=torch.int64, device=self.device)
         # 3. KV slots; last_loc comes from the prefixes, not from the pool.
-        if self.page_size == 1:
-            out_cache_loc = alloc_token_slots(self.tree_cache, self.token_to_kv_pool_allocator, lens.extend_num_tokens)
-        else:
-            self.last_loc = last_loc_from_prefixes(prefix_tensors, self.device)
-            out_cache_loc = alloc_paged_token_slots_extend(
-                self.tree_cache,
-                self.token_to_kv_pool_allocator,
-                lens.prefix_lens_tensor,
-                lens.prefix_lens_cpu,
-                lens.seq_lens_tensor,
-                lens.seq_lens_cpu,
-                self.last_loc,
-                lens.extend_num_tokens,
-            )
+        last_loc = last_loc_from_prefixes(prefix_tensors, self.device) if self.page_size > 1 else None
+        out_cache_loc = self._alloc_extend_slots(lens, last_loc)
         # 4. Prefix and new slots of every row in one step.
         write_cache_indices(
             out_cache_loc,
