@@ -1,10 +1,19 @@
-"""Root conftest: fix the Triton mode before anything imports Triton, and give each pytest-xdist
-worker its own Triton cache directory (compiled kernels written concurrently by several workers
-into one cache can collide)."""
+"""Root conftest.
+
+- Fixes the Triton mode before anything imports Triton (``kernels.runtime``).
+- Gives each pytest-xdist worker its own Triton cache directory: compiled kernels written
+  concurrently by several workers into one cache can collide.
+- Registers the Hypothesis profiles, chosen by ``HYPOTHESIS_PROFILE`` (``ci`` when ``CI=true``,
+  else ``dev``): ``ci`` derandomized and bounded, ``dev`` random, ``nightly`` random with its seed
+  printed and larger shapes, ``mutation`` derandomized without a database.
+- Keeps a ledger of the scenarios each world played and prints it at the end; under the ``ci``
+  and ``nightly`` profiles a full property run that missed a required scenario class fails.
+"""
 
 from __future__ import annotations
 
 import os
+import random
 import sys
 import tempfile
 
@@ -21,12 +30,73 @@ from kernels import runtime  # noqa: E402  (decides TRITON_INTERPRET before trit
 
 import pytest  # noqa: E402
 import torch  # noqa: E402
+from hypothesis import HealthCheck, settings  # noqa: E402
 
+from parity import ledger  # noqa: E402
+from parity.classes import NIGHTLY_EXTRA, REQUIRED  # noqa: E402
 from parity.poison import POISON  # noqa: E402,F401  (re-exported for tests)
+
+PROFILE = os.environ.get("HYPOTHESIS_PROFILE") or ("ci" if os.environ.get("CI") == "true" else "dev")
+os.environ["HYPOTHESIS_PROFILE"] = PROFILE  # strategies size their scenarios by it
+_QUIET = [HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.filter_too_much]
+settings.register_profile("ci", derandomize=True, deadline=None, max_examples=60, database=None,
+                          suppress_health_check=_QUIET, print_blob=True)
+settings.register_profile("dev", deadline=None, max_examples=20, suppress_health_check=_QUIET, print_blob=True)
+settings.register_profile("nightly", deadline=None, max_examples=2000, suppress_health_check=_QUIET, print_blob=True)
+settings.register_profile("mutation", derandomize=True, deadline=None, max_examples=60, database=None,
+                          suppress_health_check=_QUIET)
+if PROFILE not in ("ci", "dev", "nightly", "mutation"):
+    raise pytest.UsageError(f"HYPOTHESIS_PROFILE={PROFILE!r}: expected ci, dev, nightly or mutation")
+settings.load_profile(PROFILE)
+
+PROPERTY_FILE = "tests/properties/test_parity.py"
+
+
+def pytest_configure(config):
+    os.environ.setdefault(ledger.ENV, tempfile.mkdtemp(prefix="kvparity-ledger-"))
+    if PROFILE == "nightly":
+        # A random seed, printed, shared by every worker (they inherit the environment).
+        seed = int(os.environ.setdefault("KVPARITY_SEED", str(random.getrandbits(32))))
+        from hypothesis import core
+
+        core.global_force_seed = seed
 
 
 def pytest_report_header(config):
-    return f"kvparity: {runtime.describe()}"
+    seed = f", seed {os.environ['KVPARITY_SEED']}" if PROFILE == "nightly" else ""
+    return f"kvparity: {runtime.describe()}; hypothesis profile {PROFILE}{seed}"
+
+
+def _required() -> tuple[str, ...]:
+    return REQUIRED + NIGHTLY_EXTRA if PROFILE == "nightly" else REQUIRED
+
+
+def _full_property_run(terminalreporter) -> bool:
+    passed = [r.nodeid for r in terminalreporter.stats.get("passed", []) if r.nodeid.startswith(PROPERTY_FILE)]
+    from parity.strategies import TEMPLATES
+
+    return PROFILE in ("ci", "nightly") and len({n for n in passed if "test_four_worlds_agree" in n}) >= len(TEMPLATES)
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus, config):
+    entries = ledger.read(os.environ[ledger.ENV])
+    if not entries:
+        return
+    terminalreporter.write_line("")
+    for line in ledger.summary_lines(entries, _required()):
+        terminalreporter.write_line(line)
+
+
+def pytest_sessionfinish(session, exitstatus):
+    reporter = session.config.pluginmanager.get_plugin("terminalreporter")
+    if reporter is None or os.environ.get("PYTEST_XDIST_WORKER"):
+        return
+    entries = ledger.read(os.environ[ledger.ENV])
+    _, per_class = ledger.tally(entries)
+    missing = [c for c in _required() if not per_class[c]]
+    if missing and _full_property_run(reporter):
+        reporter.write_line(f"kvparity: the {PROFILE} profile never reached: {', '.join(missing)}", red=True)
+        session.exitstatus = 1
 
 
 @pytest.fixture

@@ -134,6 +134,7 @@ class RadixCache:
         self.root_node.lock_ref = 1
         self.evictable_size_ = 0
         self.protected_size_ = 0
+        self.num_splits = 0  # a statistic for the harness's scenario classes
 
     def _empty(self) -> torch.Tensor:
         return torch.empty((0,), dtype=torch.int64, device=self.device)
@@ -253,6 +254,7 @@ class RadixCache:
         """Cut ``child`` after ``split_len`` tokens; return the new upper node. ``child`` keeps its
         identity as the lower part, so a request holding it as ``last_node`` stays valid."""
         upper = self._new_node(child.key[:split_len], child.value[:split_len].clone(), child.parent, child.extra_key)
+        self.num_splits += 1
         # The upper node is on every path that went through child: same locks, same recency.
         upper.lock_ref = child.lock_ref
         upper.last_access_time = child.last_access_time

@@ -1,0 +1,120 @@
+"""Scenario classes: named kinds of situation a run reached, counted with ``hypothesis.event``.
+
+A class is decided from what actually happened in the reference world (legacy on torch), not
+from what the generator intended: a chunked request "continuing over two rounds" only counts
+if it really did. ``REQUIRED`` lists what the CI profile must reach; nightly adds more.
+"""
+
+from __future__ import annotations
+
+from parity.scenario import Scenario
+from parity.scheduler import StageRecord, parse_logprob_note
+
+PAGE_SIZES_CI = (1, 2, 4, 16)
+PAGE_SIZES_NIGHTLY = PAGE_SIZES_CI + (64,)
+
+REQUIRED = (
+    "prefix: all empty",
+    "prefix: mixed empty and non-empty",
+    "prefix: every request",
+    "chunked: two or more rounds",
+    "chunked: unaligned prefix tail (page > 1)",
+    "radix: hit from a shared prompt prefix",
+    "radix: node split",
+    "radix: exact repeat of a finished prompt",
+    *(f"page size {ps}" for ps in PAGE_SIZES_CI),
+    "length: prefix crosses 512",
+    "length: extend crosses 512",
+    "paged: extend fits in the old partial page",
+    "paged: extend of exactly one page",
+    "paged: tail with no full page",
+    "batch size 1",
+    "batch size 2-4",
+    "batch size 5-16",
+    "out of memory: allocation failure",
+    "logprob: start -1 (server default)",
+    "logprob: start 0",
+    "logprob: start inside the cached prefix",
+    "logprob: start beyond the cached prefix",
+    "retract then re-admit",
+    "row reuse: freed chunked row taken by another request in the same batch",
+)
+NIGHTLY_EXTRA = ("page size 64", "batch size over 64")
+
+
+def _ceil(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+def _extend_classes(record: StageRecord, ps: int) -> set[str]:
+    found = set()
+    pres = [len(p) for p in record.prefix_values]
+    if all(p == 0 for p in pres):
+        found.add("prefix: all empty")
+    elif all(p > 0 for p in pres):
+        found.add("prefix: every request")
+    else:
+        found.add("prefix: mixed empty and non-empty")
+    bs = len(record.rids)
+    found.add("batch size 1" if bs == 1 else "batch size 2-4" if bs <= 4 else "batch size 5-16" if bs <= 16 else "batch size 17-64" if bs <= 64 else "batch size over 64")
+    for pre, seq in zip(pres, record.seq_lens):
+        if pre > 512:
+            found.add("length: prefix crosses 512")
+        if seq - pre > 512:
+            found.add("length: extend crosses 512")
+        if ps > 1:
+            old_end = _ceil(pre, ps) * ps
+            full_end = seq // ps * ps
+            if pre % ps and seq <= old_end:
+                found.add("paged: extend fits in the old partial page")
+            if pre % ps == 0 and seq - pre == ps:
+                found.add("paged: extend of exactly one page")
+            if full_end <= old_end and seq > old_end:
+                found.add("paged: tail with no full page")
+    return found
+
+
+def classify(scenario: Scenario, records: list[StageRecord]) -> set[str]:
+    ps = scenario.geometry.page_size
+    found = {f"page size {ps}"}
+    rounds: dict[str, int] = {}
+    for record in records:
+        if record.outcome == "oom" and "out of KV memory" in (record.error or ""):
+            found.add("out of memory: allocation failure")
+        if record.kind == "extend" and record.outcome == "ok":
+            found |= _extend_classes(record, ps)
+            for rid, pre in zip(record.rids, record.prefix_values):
+                rounds[rid] = rounds.get(rid, 0) + 1
+                if rounds[rid] >= 2 and ps > 1 and len(pre) % ps:
+                    found.add("chunked: unaligned prefix tail (page > 1)")
+        for note in record.notes:
+            found |= _note_classes(note, scenario)
+    if any(n >= 3 for n in rounds.values()):
+        found.add("chunked: two or more rounds")
+    return found
+
+
+def _note_classes(note: str, scenario: Scenario) -> set[str]:
+    simple = {
+        "radix hit": "radix: hit from a shared prompt prefix",
+        "node split": "radix: node split",
+        "exact repeat": "radix: exact repeat of a finished prompt",
+        "re-admitted": "retract then re-admit",
+        "row reuse by another request": "row reuse: freed chunked row taken by another request in the same batch",
+    }
+    if note in simple:
+        return {simple[note]}
+    parsed = parse_logprob_note(note)
+    if parsed is None:
+        return set()
+    requested, start, matched = parsed
+    if requested == -1:
+        return {"logprob: start -1 (server default)"}
+    if start == 0:
+        return {"logprob: start 0"}
+    if matched == start:
+        return {"logprob: start inside the cached prefix"}  # the start capped the match
+    if 0 < matched < start:
+        return {"logprob: start beyond the cached prefix"}
+    return set()
+

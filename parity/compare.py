@@ -1,0 +1,108 @@
+"""Compare two worlds' snapshots of the same stage. Everything SPEC section 7 lists must be equal;
+the differences it allows are named in ``ALLOWED`` and nothing else is excused.
+
+A difference is either a divergence (a bug, in the refactor or in a backend) or a known legacy
+defect (SPEC 7's chunk-cache aliasing), which is reported as such and never hidden.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+
+from parity.snapshot import REQUEST_FIELDS, Snapshot
+
+ALLOWED = {
+    "prefix type": "legacy [] vs refactored empty int64 tensor; chunk cache int32 view vs int64 copy",
+    "adjust_max_prefix_ids": "exists only in legacy (not part of any snapshot)",
+    "after allocation failure": "request fields, and legacy's prefix writes into the rows the failed batch took",
+    "legacy chunk-cache alias": "legacy's view prefix reads a freed row that was taken again (a legacy defect)",
+}
+ALIAS_DEFECT = "legacy chunk-cache alias"
+
+
+@dataclass
+class Difference:
+    world: str
+    reference: str
+    what: str  # which field, e.g. "req_to_token", "request r1 prefix_values"
+    detail: str
+    cells: list[tuple[int, int, int, int]] = field(default_factory=list)  # (row, column, expected, got)
+    known_defect: str | None = None
+
+    def line(self) -> str:
+        tag = f" [known legacy defect: {self.known_defect}]" if self.known_defect else ""
+        return f"{self.world} vs {self.reference}: {self.what}: {self.detail}{tag}"
+
+
+def _version(world: str) -> str:
+    return world.split("/", 1)[0]
+
+
+def _table_cells(ref: torch.Tensor, got: torch.Tensor, excused: set[tuple[int, int]]) -> list[tuple[int, int, int, int]]:
+    if ref.shape != got.shape or ref.dtype != got.dtype:
+        return [(-1, -1, -1, -1)]
+    if torch.equal(ref, got):
+        return []
+    cells = []
+    for row, col in (ref != got).nonzero().tolist():
+        if (row, col) not in excused:
+            cells.append((row, col, int(ref[row, col]), int(got[row, col])))
+    return cells
+
+
+def _failure_excuses(snap: Snapshot) -> set[tuple[int, int]]:
+    """Cells legacy may have written before its allocation failed (SPEC section 4)."""
+    return {(row, col) for row, start, end in snap.record.write_region for col in range(start, end)}
+
+
+def compare(ref_name: str, ref: Snapshot, name: str, got: Snapshot) -> list[Difference]:
+    diffs: list[Difference] = []
+
+    def add(what: str, detail: str, **kw) -> None:
+        diffs.append(Difference(name, ref_name, what, detail, **kw))
+
+    cross_version = _version(ref_name) != _version(name)
+    r_rec, g_rec = ref.record, got.record
+    if (r_rec.kind, r_rec.rids, r_rec.outcome) != (g_rec.kind, g_rec.rids, g_rec.outcome):
+        add("stage", f"{g_rec.describe()!r} != {r_rec.describe()!r}")
+        return diffs
+    failed = cross_version and r_rec.outcome != "ok"
+    for attr in ("rows", "out_cache_loc", "last_loc"):
+        if getattr(r_rec, attr) != getattr(g_rec, attr):
+            add(attr, f"{getattr(g_rec, attr)} != {getattr(r_rec, attr)}")
+    excused = _failure_excuses(ref) | _failure_excuses(got) if failed else set()
+    cells = _table_cells(ref.req_to_token, got.req_to_token, excused)
+    if cells:
+        add("req_to_token", f"{len(cells)} cells differ", cells=cells)
+    for attr in ("free_pages", "release_pages"):
+        a, b = getattr(ref, attr), getattr(got, attr)
+        if a.dtype != b.dtype or not torch.equal(a, b):
+            add(f"allocator {attr}", f"{b.tolist()} ({b.dtype}) != {a.tolist()} ({a.dtype})")
+    for attr in ("available_size", "free_rows", "tree"):
+        if getattr(ref, attr) != getattr(got, attr):
+            add(attr, f"{getattr(got, attr)} != {getattr(ref, attr)}")
+    for rid, r_view in ref.requests.items():
+        if failed and rid in r_rec.rids:
+            continue  # ALLOWED "after allocation failure"
+        diffs += _request_diffs(rid, r_view, got.requests[rid], name, ref_name, cross_version)
+    return diffs
+
+
+def _request_diffs(rid, r_view, g_view, name, ref_name, cross_version) -> list[Difference]:
+    diffs = []
+    for attr in REQUEST_FIELDS:
+        a, b = getattr(r_view, attr), getattr(g_view, attr)
+        if a == b:
+            continue
+        defect = None
+        if attr == "prefix_values" and cross_version:
+            legacy_view = r_view if _version(ref_name) == "legacy" else g_view
+            if legacy_view.alias_row is not None and legacy_view.alias_row != legacy_view.req_pool_idx:
+                defect = ALIAS_DEFECT
+        diffs.append(Difference(name, ref_name, f"request {rid} {attr}", f"{b} != {a}", known_defect=defect))
+    if not cross_version and r_view.prefix_kind != g_view.prefix_kind:
+        # Same version on another backend: even the prefix's type must match.
+        diffs.append(Difference(name, ref_name, f"request {rid} prefix type", f"{g_view.prefix_kind} != {r_view.prefix_kind}"))
+    return diffs

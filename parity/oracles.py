@@ -1,0 +1,152 @@
+"""Oracles that do not trust legacy: facts every world must satisfy on its own, so that a bug both
+versions share is still caught. Each takes the snapshots before and after one stage of one world
+and returns readable violations (an empty list when all is well)."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import torch
+
+from parity.poison import POISON
+from parity.scenario import Scenario
+from parity.scheduler import parse_logprob_note
+from parity.snapshot import Snapshot
+
+
+def check_stage(scenario: Scenario, before: Snapshot, after: Snapshot) -> list[str]:
+    record = after.record
+    problems = list(record.contract_violations)
+    problems += untouched_cells(before, after)
+    if record.kind == "extend" and record.outcome == "ok":
+        problems += rows_hold_prefix_then_new_slots(after)
+        problems += extend_lens_positive(after)
+        problems += new_slots_fresh(scenario, before, after)
+        problems += last_loc_matches_prefix(scenario, after)
+    if record.kind == "decode" and record.outcome == "ok":
+        problems += new_slots_fresh(scenario, before, after)
+    problems += logprob_start_respected(after)
+    problems += conservation(scenario, after)
+    return [f"step {record.step} {record.kind}: {p}" for p in problems]
+
+
+def untouched_cells(before: Snapshot, after: Snapshot) -> list[str]:
+    """Only the cells the stage may write changed; by induction, never-written cells keep POISON."""
+    changed = (before.req_to_token != after.req_to_token).nonzero().tolist()
+    allowed = after.record.write_region
+    stray = [
+        (row, col)
+        for row, col in changed
+        if not any(r == row and start <= col < end for r, start, end in allowed)
+    ]
+    if not stray:
+        return []
+    shown = ", ".join(
+        f"({r}, {c}) {int(before.req_to_token[r, c])} -> {int(after.req_to_token[r, c])}" for r, c in stray[:6]
+    )
+    return [f"{len(stray)} cells outside the stage's rows/columns changed: {shown}"]
+
+
+def rows_hold_prefix_then_new_slots(after: Snapshot) -> list[str]:
+    """Row i, columns [0, seq_len): its prefix (as handed in) then its share of out_cache_loc."""
+    record, problems, start = after.record, [], 0
+    for rid, row, prefix, seq, ext in zip(record.rids, record.rows, record.prefix_values, record.seq_lens, record.extend_lens):
+        share = record.out_cache_loc[start : start + ext]
+        start += ext
+        expected = list(prefix) + list(share)
+        got = after.req_to_token[row, :seq].tolist()
+        if got != expected:
+            bad = [c for c, (g, e) in enumerate(zip(got, expected)) if g != e][:6]
+            problems.append(
+                f"request {rid} row {row} columns {bad}: got {[got[c] for c in bad]}, expected {[expected[c] for c in bad]}"
+            )
+    if start != len(record.out_cache_loc):
+        problems.append(f"out_cache_loc has {len(record.out_cache_loc)} slots, extend_lens sum to {start}")
+    return problems
+
+
+def extend_lens_positive(after: Snapshot) -> list[str]:
+    return [
+        f"request {rid} scheduled with extend_input_len {ext}"
+        for rid, ext in zip(after.record.rids, after.record.extend_lens)
+        if ext < 1
+    ]
+
+
+def new_slots_fresh(scenario: Scenario, before: Snapshot, after: Snapshot) -> list[str]:
+    """New slots are unique, >= 1, not held by anyone before the stage, and their pages are no
+    longer free after it."""
+    new = list(after.record.out_cache_loc)
+    problems = []
+    dupes = [s for s, n in Counter(new).items() if n > 1]
+    if dupes:
+        problems.append(f"new slots handed out twice: {dupes[:6]}")
+    low = [s for s in new if s < 1]
+    if low:
+        problems.append(f"new slots below 1 (slot 0 is reserved): {low[:6]}")
+    held_before = set(before.tree_slots)
+    for view in before.requests.values():
+        held_before.update(view.held)
+    reused = sorted(set(new) & held_before)
+    if reused:
+        problems.append(f"new slots already held before the stage: {reused[:6]}")
+    ps = scenario.geometry.page_size
+    still_free = sorted({s // ps for s in new} & set(_free_slots(after)))
+    if still_free:
+        problems.append(f"pages of new slots still listed as free: {still_free[:6]}")
+    return problems
+
+
+def last_loc_matches_prefix(scenario: Scenario, after: Snapshot) -> list[str]:
+    """Paged: ``(last_loc + 1) % page_size == prefix_len % page_size`` and last_loc is the
+    prefix's last slot (-1 for none)."""
+    record, ps = after.record, scenario.geometry.page_size
+    if ps == 1 or record.last_loc is None:
+        return []
+    problems = []
+    for rid, last, prefix in zip(record.rids, record.last_loc, record.prefix_values):
+        want = prefix[-1] if prefix else -1
+        if last != want or (last + 1) % ps != len(prefix) % ps:
+            problems.append(f"request {rid}: last_loc {last}, prefix of {len(prefix)} ends with {want}")
+    return problems
+
+
+def logprob_start_respected(after: Snapshot) -> list[str]:
+    """With logprobs on, the cache never supplies the logprob start or anything after it."""
+    problems = []
+    for note in after.record.notes:
+        parsed = parse_logprob_note(note)
+        if parsed and parsed[2] > max(parsed[1], 0):
+            problems.append(f"cache matched {parsed[2]} tokens past logprob_start_len {parsed[1]}")
+    return problems
+
+
+def _free_slots(snap: Snapshot) -> list[int]:
+    return snap.free_pages.tolist() + snap.release_pages.tolist()
+
+
+def conservation(scenario: Scenario, snap: Snapshot) -> list[str]:
+    """free + held by the tree + held by live requests == every page, and no page twice."""
+    ps = scenario.geometry.page_size
+    total = scenario.geometry.kv_slots // ps
+    free = _free_slots(snap)  # page ids (slots when page_size is 1)
+    problems = []
+    twice = [p for p, n in Counter(free).items() if n > 1]
+    if twice:
+        problems.append(f"pages free twice: {twice[:6]}")
+    held_slots = set(snap.tree_slots)
+    for view in snap.requests.values():
+        held_slots.update(view.held)
+    bad = sorted(s for s in held_slots if s < 1 or s == POISON)
+    if bad:
+        problems.append(f"held slots that are not real slots: {bad[:6]}")
+        return problems
+    held_pages = {s // ps for s in held_slots}
+    both = sorted(held_pages & set(free))
+    if both:
+        problems.append(f"pages both free and held: {both[:6]}")
+    if len(set(free)) + len(held_pages) != total:
+        problems.append(
+            f"{len(set(free))} free + {len(held_pages)} held pages != {total} (leak or double count)"
+        )
+    return problems

@@ -1,0 +1,71 @@
+"""A failure, readable in a minute: the (shrunk) scenario as Python, the first stage where the
+worlds differ, a compact table of the differing cells, and how to replay it."""
+
+from __future__ import annotations
+
+from itertools import groupby
+
+from parity.compare import Difference
+from parity.runner import RunResult
+
+
+def _column_runs(cells: list[tuple[int, int, int, int]]) -> list[tuple[int, str, list[int], list[int]]]:
+    """Group differing cells by row into runs of consecutive columns."""
+    runs = []
+    for row, group in groupby(sorted(cells), key=lambda c: c[0]):
+        group = list(group)
+        start = 0
+        for i in range(1, len(group) + 1):
+            if i == len(group) or group[i][1] != group[i - 1][1] + 1:
+                part = group[start:i]
+                cols = f"{part[0][1]}" if len(part) == 1 else f"{part[0][1]}-{part[-1][1]}"
+                runs.append((row, cols, [c[2] for c in part], [c[3] for c in part]))
+                start = i
+    return runs
+
+
+def _short(values: list[int], limit: int = 8) -> str:
+    text = " ".join(str(v) for v in values[:limit])
+    return text + (f" ... ({len(values)})" if len(values) > limit else "")
+
+
+def difference_table(diffs: list[Difference], limit: int = 20) -> str:
+    lines = [f"{'world':<18} {'row':>4} {'columns':<10} {'expected':<34} got"]
+    for diff in diffs:
+        if not diff.cells:
+            lines.append(f"{diff.world:<18} {'':>4} {'':<10} {diff.what}: {diff.detail}")
+            continue
+        for row, cols, expected, got in _column_runs(diff.cells):
+            lines.append(f"{diff.world:<18} {row:>4} {cols:<10} {_short(expected):<34} {_short(got)}")
+        if len(lines) > limit:
+            lines.append("...")
+            break
+    return "\n".join(lines)
+
+
+def format_failure(result: RunResult) -> str:
+    parts = ["kvparity: the worlds disagree" if result.divergences else "kvparity: an oracle failed", ""]
+    if result.first_difference is not None:
+        parts.append(f"first difference: {result.first_difference.describe()} (reference {result.worlds[0]})")
+    if result.divergences:
+        parts += ["", difference_table(result.divergences)]
+    if result.violations:
+        parts += ["", "oracle violations:"] + [f"  {v}" for v in result.violations[:12]]
+    parts += ["", "scenario:", result.scenario.to_python(), "", replay_instructions(result)]
+    return "\n".join(parts)
+
+
+def format_findings(result: RunResult) -> str:
+    """Known legacy defects the run reached (reported, not failures of the refactor)."""
+    seen = sorted({f"{d.known_defect}: {d.what}: {d.detail}" for d in result.findings})
+    return "\n".join(seen)
+
+
+def replay_instructions(result: RunResult) -> str:
+    return (
+        "replay:\n"
+        "  from parity.scenario import *; from parity.world import Geometry\n"
+        "  from parity.runner import run_scenario; from parity.report import format_failure\n"
+        "  result = run_scenario(<the scenario above>); print(format_failure(result))\n"
+        f"or: python -m parity.replay '{result.scenario.to_json()}'"
+    )

@@ -1,0 +1,110 @@
+"""A snapshot of one world after one stage: everything SPEC section 7 says must be equal, as plain
+CPU values, plus what the oracles need (each request's status and the slots it holds)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from parity.scheduler import Scheduler, StageRecord
+
+REQUEST_FIELDS = (
+    "status",
+    "fill_ids",
+    "extend_input_len",
+    "req_pool_idx",
+    "cached_tokens",
+    "already_computed",
+    "extend_logprob_start_len",
+    "last_matched_prefix_len",
+    "output_len",
+    "prefix_values",
+)
+
+
+@dataclass(frozen=True)
+class RequestView:
+    status: str
+    fill_ids: tuple[int, ...]
+    extend_input_len: int
+    req_pool_idx: int | None
+    cached_tokens: int
+    already_computed: int
+    extend_logprob_start_len: int
+    last_matched_prefix_len: int
+    output_len: int
+    prefix_values: tuple[int, ...]
+    prefix_kind: str  # e.g. "list", "torch.int64 cpu copy", "torch.int32 view of row 3"
+    alias_row: int | None  # the req_to_token row a view prefix points into, else None
+    held: tuple[int, ...]  # KV slots this request holds (for conservation)
+
+
+@dataclass
+class Snapshot:
+    record: StageRecord
+    req_to_token: torch.Tensor
+    free_pages: torch.Tensor
+    release_pages: torch.Tensor
+    available_size: int
+    free_rows: tuple[int, ...]
+    tree: tuple
+    tree_slots: tuple[int, ...]
+    requests: dict[str, RequestView]
+
+
+def _alias_row(prefix: Any, table: torch.Tensor) -> int | None:
+    if not isinstance(prefix, torch.Tensor) or prefix.numel() == 0:
+        return None
+    if prefix.untyped_storage().data_ptr() != table.untyped_storage().data_ptr():
+        return None
+    return (prefix.data_ptr() - table.data_ptr()) // (table.stride(0) * table.element_size())
+
+
+def _prefix_kind(prefix: Any, alias_row: int | None) -> str:
+    if not isinstance(prefix, torch.Tensor):
+        return type(prefix).__name__
+    if alias_row is not None:
+        return f"{prefix.dtype} view of row {alias_row}"
+    return f"{prefix.dtype} {prefix.device.type} tensor"
+
+
+def _request_view(scheduler: Scheduler, rid: str) -> RequestView:
+    req = scheduler.reqs[rid]
+    table = scheduler.pool.req_to_token
+    prefix = req.prefix_indices
+    alias = _alias_row(prefix, table)
+    values = prefix.tolist() if isinstance(prefix, torch.Tensor) else list(prefix)
+    return RequestView(
+        status=scheduler.status[rid],
+        fill_ids=tuple(req.fill_ids),
+        extend_input_len=req.extend_input_len,
+        req_pool_idx=req.req_pool_idx,
+        cached_tokens=req.cached_tokens,
+        already_computed=req.already_computed,
+        extend_logprob_start_len=req.extend_logprob_start_len,
+        last_matched_prefix_len=req.last_matched_prefix_len,
+        output_len=len(req.output_ids),
+        prefix_values=tuple(int(v) for v in values),
+        prefix_kind=_prefix_kind(prefix, alias),
+        alias_row=alias,
+        held=tuple(scheduler.held_slots(rid)),
+    )
+
+
+def take_snapshot(scheduler: Scheduler, record: StageRecord) -> Snapshot:
+    allocator = scheduler.world.allocator
+    cache = scheduler.world.tree_cache
+    radix = scheduler.scenario.cache_kind == "radix"
+    return Snapshot(
+        record=record,
+        req_to_token=scheduler.pool.req_to_token.detach().to("cpu", copy=True),
+        free_pages=allocator.free_pages.detach().to("cpu", copy=True),
+        release_pages=allocator.release_pages.detach().to("cpu", copy=True),
+        available_size=allocator.available_size(),
+        free_rows=tuple(scheduler.pool.free_slots),
+        tree=tuple(cache.contents()) if radix else (),
+        tree_slots=tuple(cache.all_values_flatten().tolist()) if radix else (),
+        requests={rid: _request_view(scheduler, rid) for rid in scheduler.reqs},
+    )

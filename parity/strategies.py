@@ -1,0 +1,191 @@
+"""Hypothesis strategies for scenarios.
+
+Generators decide what the harness can see, so each scenario is drawn from a *template*: a set of
+knobs aimed at one family of situations (shared prefixes, chunked rounds, near out-of-memory, long
+lengths, ...), with every knob still random. ``parity.classes`` then names what each run actually
+reached. Invalid steps are impossible by construction: a step that does not apply when it is
+played is skipped identically in every world.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+from hypothesis import strategies as st
+
+from parity.scenario import Decode, Evict, Extend, Finish, RequestSpec, Retract, Scenario
+from parity.world import Geometry
+
+
+@dataclass(frozen=True)
+class Shape:
+    """How large scenarios get: small on CPU CI, larger in the nightly GPU profile."""
+
+    page_sizes: tuple[int, ...]
+    max_requests: int
+    max_prompt: int
+    long_prompt: tuple[int, int]
+    max_steps: int
+
+
+CI_SHAPE = Shape(page_sizes=(1, 2, 4, 16), max_requests=16, max_prompt=40, long_prompt=(513, 600), max_steps=10)
+NIGHTLY_SHAPE = Shape(page_sizes=(1, 2, 4, 16, 64), max_requests=256, max_prompt=96, long_prompt=(513, 1100), max_steps=24)
+
+
+def current_shape() -> Shape:
+    return NIGHTLY_SHAPE if os.environ.get("HYPOTHESIS_PROFILE") == "nightly" else CI_SHAPE
+
+
+@dataclass(frozen=True)
+class Template:
+    name: str
+    caches: tuple[str, ...] = ("radix", "chunk", "none")
+    chunk: str = "maybe"  # never | maybe | small | unaligned
+    kv: str = "roomy"  # roomy | tight
+    rows: str = "roomy"  # roomy | tight
+    long_prompts: bool = False
+    logprobs: bool = False
+    repeats: bool = False
+    chunked_last: bool = False
+    ops: tuple[str, ...] = ("extend", "extend", "decode", "finish", "retract", "evict")
+
+
+TEMPLATES = (
+    Template("free form"),
+    Template("shared prefixes", caches=("radix",), chunk="never", repeats=True,
+             ops=("extend", "extend", "finish", "finish", "decode")),
+    Template("chunked rounds", caches=("radix", "chunk"), chunk="unaligned",
+             ops=("extend", "extend", "extend", "decode", "finish")),
+    Template("near out of memory", kv="tight", ops=("extend", "extend", "decode", "decode", "finish")),
+    Template("retract and re-admit", ops=("extend", "decode", "retract", "retract", "extend")),
+    Template("long lengths", caches=("radix", "chunk"), long_prompts=True, repeats=True,
+             ops=("extend", "finish", "extend")),
+    Template("logprobs", caches=("radix",), chunk="never", logprobs=True, repeats=True,
+             ops=("extend", "finish", "extend", "finish", "decode")),
+    Template("row reuse", caches=("chunk",), chunk="small", rows="tight",
+             ops=("extend", "extend", "extend", "decode", "finish")),
+)
+
+
+def _run(start: int, n: int) -> tuple[int, ...]:
+    return tuple(range(start, start + n))
+
+
+@st.composite
+def _prompts(draw, template: Template, shape: Shape, n: int) -> list[tuple[int, ...]]:
+    """``n`` prompts cut from a few shared stems, so that prefixes overlap and differ mid-page."""
+    stem_len = st.integers(1, shape.max_prompt)
+    if template.long_prompts:
+        stem_len = st.integers(*shape.long_prompt)
+    stems = [_run(100_000 * (k + 1), draw(stem_len, label="stem length")) for k in range(draw(st.integers(1, 3)))]
+    prompts: list[tuple[int, ...]] = []
+    for i in range(n):
+        if prompts and template.repeats and draw(st.booleans()):
+            prompts.append(draw(st.sampled_from(prompts)))
+            continue
+        stem = draw(st.sampled_from(stems))
+        keep = draw(st.integers(0, len(stem)))
+        longest_suffix = shape.long_prompt[1] if template.long_prompts and draw(st.booleans()) else shape.max_prompt // 2
+        suffix = draw(st.integers(0 if keep else 1, max(1, longest_suffix)))
+        prompts.append(stem[:keep] + _run(10_000 * (i + 1), suffix))
+    return prompts
+
+
+@st.composite
+def _request(draw, rid: str, tokens: tuple[int, ...], template: Template) -> RequestSpec:
+    logprob = template.logprobs and draw(st.booleans())
+    start = -1
+    if logprob:
+        start = draw(st.sampled_from([-1, 0, max(0, len(tokens) // 2), len(tokens) - 1, len(tokens) + 3]))
+    extra = draw(st.sampled_from([None, None, None, "lora-a"]))
+    return RequestSpec(rid, tokens, return_logprob=logprob, logprob_start_len=start, extra_key=extra)
+
+
+@st.composite
+def _steps(draw, template: Template, rids: list[str], shape: Shape) -> tuple:
+    """Steps drawn against a rough model of the scheduler (admitted, retracted), so that finish
+    and retract usually name a request that may be running, and retracted ones come back."""
+    steps: list = []
+    pending, admitted, retracted = list(rids), [], []
+    for _ in range(draw(st.integers(1, shape.max_steps))):
+        op = draw(st.sampled_from(template.ops))
+        if op in ("finish", "retract") and not admitted:
+            op = "extend"
+        if op == "extend" or not steps:
+            take = draw(st.integers(0, len(pending))) if pending else 0
+            back = retracted[: draw(st.integers(0, len(retracted)))] if retracted else []
+            admit = tuple(pending[:take]) + tuple(back)
+            pending, retracted = pending[take:], retracted[len(back) :]
+            admitted += admit
+            steps.append(Extend(admit, chunked_last=template.chunked_last and draw(st.booleans())))
+        elif op == "decode":
+            steps.append(Decode())
+        elif op == "finish":
+            rid = draw(st.sampled_from(admitted))
+            admitted.remove(rid)
+            steps.append(Finish(rid))
+        elif op == "retract":
+            rid = draw(st.sampled_from(admitted))
+            admitted.remove(rid)
+            retracted.append(rid)
+            steps.append(Retract(rid))
+        else:
+            steps.append(Evict(draw(st.integers(1, 64))))
+    if pending or retracted:
+        steps.append(Extend(tuple(pending + retracted)))
+    return tuple(steps)
+
+
+def _chunk_size(draw, template: Template, cache: str, ps: int, prompts) -> int | None:
+    if cache == "none" or template.chunk == "never":
+        return None
+    if template.chunk == "maybe" and draw(st.booleans()):
+        return None
+    if template.long_prompts:
+        return draw(st.integers(513, 560))
+    if template.chunk == "unaligned" and ps > 1:
+        return draw(st.integers(1, 3)) * ps + draw(st.integers(1, ps - 1))
+    longest = max(len(p) for p in prompts)
+    return draw(st.integers(1, max(1, min(24, longest))))
+
+
+def _kv_slots(draw, template: Template, ps: int, prompts, steps: int) -> int:
+    need = sum(len(p) + steps + ps for p in prompts)
+    if template.kv == "tight":
+        need = draw(st.integers(max(ps, need // 4), max(ps, need // 2 + ps)))
+    else:
+        need = 2 * need
+    return -(-need // ps) * ps
+
+
+@st.composite
+def scenarios(draw, shape: Shape | None = None, templates: tuple[Template, ...] = TEMPLATES) -> Scenario:
+    shape = shape or current_shape()
+    template = draw(st.sampled_from(templates), label="template")
+    ps = draw(st.sampled_from(shape.page_sizes), label="page size")
+    cache = draw(st.sampled_from(template.caches), label="cache")
+    n = draw(st.integers(1, min(shape.max_requests, 16 if not template.long_prompts else 3)), label="requests")
+    if shape.max_requests > 16 and draw(st.booleans()):
+        n = draw(st.integers(17, shape.max_requests))
+    prompts = draw(_prompts(template, shape, n))
+    rids = [f"r{i}" for i in range(n)]
+    requests = [draw(_request(rid, tokens, template)) for rid, tokens in zip(rids, prompts)]
+    steps = draw(_steps(template, rids, shape))
+    first_seen = {}
+    for i, step in enumerate(steps):
+        for rid in getattr(step, "admit", ()):
+            first_seen.setdefault(rid, i)
+    requests = tuple(
+        RequestSpec(r.rid, r.tokens, first_seen.get(r.rid, 0), r.return_logprob, r.logprob_start_len, r.max_new_tokens, r.extra_key)
+        for r in requests
+    )
+    rows = 2 if template.rows == "tight" else n + draw(st.integers(1, 3))
+    geometry = Geometry(
+        pool_rows=rows,
+        max_context_len=max(len(p) for p in prompts) + len(steps) + 2,
+        kv_slots=_kv_slots(draw, template, ps, prompts, len(steps)),
+        page_size=ps,
+        need_sort=draw(st.booleans(), label="need_sort"),
+    )
+    return Scenario(geometry, cache, requests, steps, _chunk_size(draw, template, cache, ps, prompts), tags=(template.name,))
