@@ -39,7 +39,7 @@ from parity.poison import POISON  # noqa: E402,F401  (re-exported for tests)
 PROFILE = os.environ.get("HYPOTHESIS_PROFILE") or ("ci" if os.environ.get("CI") == "true" else "dev")
 os.environ["HYPOTHESIS_PROFILE"] = PROFILE  # strategies size their scenarios by it
 _QUIET = [HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.filter_too_much]
-settings.register_profile("ci", derandomize=True, deadline=None, max_examples=60, database=None,
+settings.register_profile("ci", derandomize=True, deadline=None, max_examples=100, database=None,
                           suppress_health_check=_QUIET, print_blob=True)
 settings.register_profile("dev", deadline=None, max_examples=20, suppress_health_check=_QUIET, print_blob=True)
 settings.register_profile("nightly", deadline=None, max_examples=2000, suppress_health_check=_QUIET, print_blob=True)

@@ -48,6 +48,7 @@ class Template:
     logprobs: bool = False
     repeats: bool = False
     chunked_last: bool = False
+    reuse_first: bool = False  # r0 runs and finishes first; later prompts reuse its tokens
     ops: tuple[str, ...] = ("extend", "extend", "decode", "finish", "retract", "evict")
 
 
@@ -59,9 +60,9 @@ TEMPLATES = (
              ops=("extend", "extend", "extend", "decode", "finish")),
     Template("near out of memory", kv="tight", ops=("extend", "extend", "decode", "decode", "finish")),
     Template("retract and re-admit", ops=("extend", "decode", "retract", "retract", "extend")),
-    Template("long lengths", caches=("radix", "chunk"), long_prompts=True, repeats=True,
+    Template("long lengths", caches=("radix", "chunk"), long_prompts=True, repeats=True, reuse_first=True,
              ops=("extend", "finish", "extend")),
-    Template("logprobs", caches=("radix",), chunk="never", logprobs=True, repeats=True,
+    Template("logprobs", caches=("radix",), chunk="never", logprobs=True, repeats=True, reuse_first=True,
              ops=("extend", "finish", "extend", "finish", "decode")),
     Template("row reuse", caches=("chunk",), chunk="small", rows="tight",
              ops=("extend", "extend", "extend", "decode", "finish")),
@@ -81,6 +82,11 @@ def _prompts(draw, template: Template, shape: Shape, n: int) -> list[tuple[int, 
     stems = [_run(100_000 * (k + 1), draw(stem_len, label="stem length")) for k in range(draw(st.integers(1, 3)))]
     prompts: list[tuple[int, ...]] = []
     for i in range(n):
+        if prompts and template.reuse_first and draw(st.booleans()):
+            first = prompts[0]
+            keep = draw(st.integers(len(first) // 2, len(first)))
+            prompts.append(first[:keep] + _run(10_000 * (i + 1), draw(st.integers(0 if keep else 1, 8))))
+            continue
         if prompts and template.repeats and draw(st.booleans()):
             prompts.append(draw(st.sampled_from(prompts)))
             continue
@@ -108,6 +114,9 @@ def _steps(draw, template: Template, rids: list[str], shape: Shape) -> tuple:
     and retract usually name a request that may be running, and retracted ones come back."""
     steps: list = []
     pending, admitted, retracted = list(rids), [], []
+    if template.reuse_first and len(rids) > 1:
+        steps += [Extend((rids[0],)), Finish(rids[0])]
+        pending = pending[1:]
     for _ in range(draw(st.integers(1, shape.max_steps))):
         op = draw(st.sampled_from(template.ops))
         if op in ("finish", "retract") and not admitted:
