@@ -90,6 +90,12 @@ def compare(ref_name: str, ref: Snapshot, name: str, got: Snapshot) -> list[Diff
     return diffs
 
 
+def _aliases_a_row_it_left(view) -> bool:
+    """Legacy's view prefix points into a row the request no longer owns (it moved to another row,
+    or finished and its row was freed): whoever takes that row next rewrites the "prefix"."""
+    return view.alias_row is not None and (view.alias_row != view.req_pool_idx or view.status == "finished")
+
+
 def _request_diffs(rid, r_view, g_view, name, ref_name, cross_version) -> list[Difference]:
     diffs = []
     for attr in REQUEST_FIELDS:
@@ -99,7 +105,7 @@ def _request_diffs(rid, r_view, g_view, name, ref_name, cross_version) -> list[D
         defect = None
         if attr == "prefix_values" and cross_version:
             legacy_view = r_view if _version(ref_name) == "legacy" else g_view
-            if legacy_view.alias_row is not None and legacy_view.alias_row != legacy_view.req_pool_idx:
+            if _aliases_a_row_it_left(legacy_view):
                 defect = ALIAS_DEFECT
         diffs.append(Difference(name, ref_name, f"request {rid} {attr}", f"{b} != {a}", known_defect=defect))
     if not cross_version and r_view.prefix_kind != g_view.prefix_kind:

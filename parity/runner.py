@@ -79,18 +79,13 @@ def run_scenario(
     return result
 
 
-def _compare_stage(result: RunResult, names: tuple[str, ...], per_stage: list) -> bool:
+def _compare_stage(result: RunResult, names: tuple[str, ...], per_stage: list[dict[str, Snapshot]]) -> bool:
     """Compare every world with the reference, stage by stage; True at the first divergence."""
     for snaps in per_stage:
-        if isinstance(snaps, dict):
-            ref = snaps[names[0]]
-            others = [(n, snaps[n]) for n in names[1:]]
-        else:
-            ref = snaps[names[0]]
-            others = [(n, snaps[n]) for n in names[1:]]
+        ref = snaps[names[0]]
         result.stages += 1
-        for name, snap in others:
-            for diff in compare(names[0], ref, name, snap):
+        for name in names[1:]:
+            for diff in compare(names[0], ref, name, snaps[name]):
                 (result.findings if diff.known_defect else result.divergences).append(diff)
         if result.divergences:
             result.first_difference = ref.record

@@ -80,7 +80,25 @@ RETRACT_READMIT = Scenario(
     requests=(RequestSpec("r0", tuple(range(1, 10))), RequestSpec("r1", tuple(range(1, 6)) + (50,))),
     steps=(Extend(("r0",)), Finish("r0"), Extend(("r1",)), Decode(), Retract("r1"), Extend(("r1",))),
 )
+# Found by the state machine (harness bugs, now fixed): slots the tree held may be evicted and
+# handed out again in the same stage; and legacy's view of a FINISHED request's freed row is the
+# same known alias defect, not a divergence.
+EVICTED_TREE_SLOTS_REUSED = Scenario(
+    geometry=Geometry(pool_rows=2, max_context_len=16, kv_slots=8, page_size=1),
+    cache_kind="radix",
+    requests=(RequestSpec("r0", (1, 2, 3, 4, 5, 6)), RequestSpec("r1", (50, 51, 52, 53, 54, 55))),
+    steps=(Extend(("r0",)), Finish("r0"), Extend(("r1",))),
+)
+ALIAS_AFTER_FINISH = Scenario(
+    geometry=Geometry(pool_rows=1, max_context_len=16, kv_slots=32, page_size=1),
+    cache_kind="chunk",
+    chunk_size=4,
+    requests=(RequestSpec("r0", tuple(range(40, 46))), RequestSpec("r1", (7, 8))),
+    steps=(Extend(("r0",)), Extend(()), Finish("r0"), Extend(("r1",))),
+)
 EXAMPLES = {
+    "evicted tree slots reused": EVICTED_TREE_SLOTS_REUSED,
+    "alias after finish": ALIAS_AFTER_FINISH,
     "chunk cache rounds": CHUNK_CACHE_ROUNDS,
     "mixed prefix batch": MIXED_PREFIX_BATCH,
     "unaligned paged chunks": UNALIGNED_PAGED_CHUNKS,
