@@ -26,7 +26,8 @@ def _choose_device() -> torch.device:
         raise RuntimeError(f"{_ENV_DEVICE}=cuda but torch sees no CUDA device")
     if requested == "cpu" or not torch.cuda.is_available():
         return torch.device("cpu")
-    return torch.device("cuda")
+    # With its index: tensors report "cuda:0", and torch.device("cuda") != torch.device("cuda:0").
+    return torch.device("cuda", torch.cuda.current_device())
 
 
 def _fix_triton_mode(device: torch.device) -> bool:

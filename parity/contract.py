@@ -9,6 +9,17 @@ from typing import Any
 import torch
 
 
+def same_device(a: torch.device, b: torch.device) -> bool:
+    """``cuda`` and ``cuda:0`` are the same device when 0 is the current one."""
+    def norm(d: torch.device) -> torch.device:
+        d = torch.device(d)
+        if d.type == "cuda" and d.index is None:
+            return torch.device("cuda", torch.cuda.current_device())
+        return d
+
+    return norm(a) == norm(b)
+
+
 def prefix_violations(prefix: Any, index: int, rid: str, device: torch.device) -> list[str]:
     """Why ``prefix`` (request ``index``, id ``rid``) may not be handed to the refactored write."""
     where = f"request {index} ({rid!r}) prefix_indices"
@@ -22,7 +33,7 @@ def prefix_violations(prefix: Any, index: int, rid: str, device: torch.device) -
     if prefix.numel() > 0:
         if not prefix.is_contiguous():
             problems.append(f"{where} is not contiguous (stride {prefix.stride()})")
-        if prefix.device != device:
+        if not same_device(prefix.device, device):
             problems.append(f"{where} is on {prefix.device}, not on the pool's device {device}")
     return problems
 
