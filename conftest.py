@@ -30,29 +30,15 @@ from kernels import runtime  # noqa: E402  (decides TRITON_INTERPRET before trit
 
 import pytest  # noqa: E402
 import torch  # noqa: E402
-from hypothesis import HealthCheck, settings  # noqa: E402
 
-from parity import ledger  # noqa: E402
+from parity import ledger, profiles  # noqa: E402
 from parity.classes import NIGHTLY_EXTRA, REQUIRED  # noqa: E402
-from parity.poison import POISON  # noqa: E402,F401  (re-exported for tests)
 
-PROFILE = os.environ.get("HYPOTHESIS_PROFILE") or ("ci" if os.environ.get("CI") == "true" else "dev")
-os.environ["HYPOTHESIS_PROFILE"] = PROFILE  # strategies size their scenarios by it
-_QUIET = [HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.filter_too_much]
-settings.register_profile("ci", derandomize=True, deadline=None, max_examples=100, database=None,
-                          suppress_health_check=_QUIET, print_blob=True)
-settings.register_profile("dev", deadline=None, max_examples=20, suppress_health_check=_QUIET, print_blob=True)
-settings.register_profile("nightly", deadline=None, max_examples=2000, suppress_health_check=_QUIET, print_blob=True)
-settings.register_profile("mutation", derandomize=True, deadline=None, max_examples=60, database=None,
-                          suppress_health_check=_QUIET)
-if PROFILE not in ("ci", "dev", "nightly", "mutation"):
-    raise pytest.UsageError(f"HYPOTHESIS_PROFILE={PROFILE!r}: expected ci, dev, nightly or mutation")
-if os.environ.get("KVPARITY_MAX_EXAMPLES"):
-    # One knob for a quick or a long run of any profile (e.g. a time-boxed nightly on a GPU).
-    settings.register_profile(
-        PROFILE, parent=settings.get_profile(PROFILE), max_examples=int(os.environ["KVPARITY_MAX_EXAMPLES"])
-    )
-settings.load_profile(PROFILE)
+PROFILE = profiles.chosen_profile()
+try:
+    profiles.load(PROFILE)
+except ValueError as exc:
+    raise pytest.UsageError(str(exc)) from None
 
 PROPERTY_FILE = "tests/properties/test_parity.py"
 

@@ -1,0 +1,154 @@
+"""``kvparity check``: the main job.
+
+Without ``--candidate``: this repository's refactored path against the legacy reference, over
+every scenario template, in every world this machine can run (or those ``--backend`` names).
+With ``--candidate SPEC``: the candidate function, in SGLang's own signature, against the
+legacy reference on inputs that satisfy SPEC section 8 (``parity.checker``).
+
+Exit status: 0 parity, 1 a divergence, 2 a usage or loading error.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from pathlib import Path
+
+USAGE_ERROR = 2
+TARGETS = ("prepare_for_extend", "write_cache_indices", "get_last_loc", "alloc_extend")
+DEFAULT_EXAMPLES = 800
+
+
+def add(commands: argparse._SubParsersAction, parser_class: type) -> None:
+    text = "check a refactor (this repository's, or a candidate function) against the legacy reference"
+    sub = commands.add_parser("check", help=text, description=text)
+    sub.add_argument("--target", choices=TARGETS, default="prepare_for_extend")
+    sub.add_argument("--candidate", metavar="SPEC", help="package.module:name or path/to/file.py:name")
+    sub.add_argument("--backend", choices=("triton", "torch", "all"), default="all")
+    sub.add_argument("--device", choices=("cpu", "cuda"), help="default: cuda when available, else cpu")
+    sub.add_argument("--examples", type=int, default=None, help=f"scenarios or batches (default {DEFAULT_EXAMPLES})")
+    sub.add_argument("--seed", type=int, default=None, help="random seed (default: derandomized, same every run)")
+    sub.add_argument("--profile", default="ci", help="Hypothesis profile for scenario shapes: ci, dev, nightly, mutation")
+    sub.add_argument("--json", metavar="PATH", help="write the verdict as JSON")
+    sub.add_argument("--repro", metavar="PATH", help="write a script that replays the counterexample")
+    sub.set_defaults(func=run)
+
+
+def _choose_device(device: str | None) -> str | None:
+    """Fix the device before the kernels are imported; None when that is no longer possible."""
+    if device is None:
+        return "auto"
+    if "kernels.runtime" in sys.modules:
+        from kernels import runtime
+
+        return device if runtime.DEVICE.type == device else None
+    os.environ["KVPARITY_DEVICE"] = device
+    return device
+
+
+def run(args: argparse.Namespace) -> int:
+    if _choose_device(args.device) is None:
+        print(f"kvparity check: --device {args.device}: the kernels were already loaded for another device",
+              file=sys.stderr)
+        return USAGE_ERROR
+    try:
+        from kernels import runtime
+    except RuntimeError as exc:  # e.g. --device cuda without CUDA
+        print(f"kvparity check: {exc}", file=sys.stderr)
+        return USAGE_ERROR
+    from parity import profiles
+
+    try:
+        profiles.load(args.profile)
+    except ValueError as exc:
+        print(f"kvparity check: --profile: {exc}", file=sys.stderr)
+        return USAGE_ERROR
+    if args.examples is not None and args.examples < 1:
+        print("kvparity check: --examples must be at least 1", file=sys.stderr)
+        return USAGE_ERROR
+    print(f"kvparity check: target {args.target}; {runtime.describe()}; profile {args.profile}"
+          + (f", seed {args.seed}" if args.seed is not None else ", derandomized"))
+    if args.candidate is None:
+        if args.target != "prepare_for_extend":
+            print(f"kvparity check: --target {args.target} needs --candidate (without one, kvparity checks this "
+                  "repository's whole prepare_for_extend path)", file=sys.stderr)
+            return USAGE_ERROR
+        return _check_repository(args)
+    return _check_candidate(args)
+
+
+def _worlds(backend: str) -> tuple[tuple[str, str], ...]:
+    backends = ("torch", "triton") if backend == "all" else (backend,)
+    reference = ("legacy", backends[0])
+    others = [(v, b) for v in ("legacy", "refactored") for b in backends if (v, b) != reference]
+    return (reference, *others)
+
+
+def _check_repository(args: argparse.Namespace) -> int:
+    from parity.classes import REQUIRED
+    from parity.harness_check import check_repository
+
+    worlds = _worlds(args.backend)
+    verdict = check_repository(worlds, args.examples or DEFAULT_EXAMPLES, args.seed)
+    names = verdict.worlds
+    print(f"{'world pair':<42} {'scenarios':>9}  verdict")
+    diverged = verdict.diverged
+    for name in names[1:]:
+        pair = f"{names[0]} vs {name}"
+        print(f"{pair:<42} {verdict.scenarios:>9}  {'DIVERGENCE' if name in diverged else 'parity'}")
+    print(f"scenario classes reached: {len(verdict.required_reached)}/{len(REQUIRED)}")
+    for missing in (c for c in REQUIRED if c not in verdict.classes):
+        print(f"  not reached: {missing}")
+    for defect, count in sorted(verdict.findings.items()):
+        print(f"known legacy defect reported: {defect} (SPEC 7), in {count} scenarios; not a divergence")
+    if verdict.counterexample:
+        print("\n" + verdict.counterexample)
+    print(f"verdict: {verdict.verdict.upper()} ({verdict.scenarios} scenarios in {verdict.seconds:.0f} s)")
+    _write_json(args.json, {
+        "target": args.target,
+        "verdict": verdict.verdict,
+        "worlds": list(names),
+        "scenarios": verdict.scenarios,
+        "classes_reached": verdict.required_reached,
+        "classes_required": len(REQUIRED),
+        "counterexample": None if verdict.scenario is None else {
+            "scenario": json.loads(verdict.scenario.to_json()), "report": verdict.counterexample},
+        "seconds": round(verdict.seconds, 1),
+    })
+    if args.repro and verdict.scenario is not None:
+        Path(args.repro).write_text(_repro_script(verdict.scenario))
+        print(f"wrote {args.repro}")
+    return 0 if verdict.verdict == "parity" else 1
+
+
+def _write_json(path: str | None, payload: dict) -> None:
+    if path:
+        Path(path).write_text(json.dumps(payload, indent=2, sort_keys=True) + "\n")
+        print(f"wrote {path}")
+
+
+def _repro_script(scenario) -> str:
+    return f'''"""Replays a kvparity counterexample in all four worlds (run from a kvparity checkout, or with
+kvparity installed): exit 1 and a report while the worlds disagree, 0 once they agree."""
+
+import sys
+
+from kernels import runtime  # noqa: F401  (fixes the Triton mode first)
+from parity.report import format_failure
+from parity.runner import run_scenario
+from parity.scenario import Decode, Evict, Extend, Finish, RequestSpec, Retract, Scenario  # noqa: F401
+from parity.world import Geometry
+
+scenario = {scenario.to_python()}
+
+result = run_scenario(scenario)
+print("parity" if result.ok else format_failure(result))
+sys.exit(0 if result.ok else 1)
+'''
+
+
+def _check_candidate(args: argparse.Namespace) -> int:
+    print("kvparity check: --candidate is not available yet", file=sys.stderr)
+    return USAGE_ERROR

@@ -1,0 +1,120 @@
+"""``kvparity check`` without a candidate: this repository's refactored path against the legacy
+reference, over every scenario template, in the worlds this machine can run.
+
+Scenarios are drawn per template (so every family of situations gets its share); the first
+failure is shrunk by Hypothesis and returned as a readable report.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+
+from hypothesis import Verbosity, given, seed, settings
+
+from parity.classes import REQUIRED
+from parity.report import format_failure
+from parity.runner import RunResult, run_scenario
+from parity.scenario import Scenario
+from parity.strategies import TEMPLATES, scenarios
+
+
+@dataclass
+class HarnessVerdict:
+    worlds: tuple[str, ...]
+    verdict: str = "parity"  # parity | divergence
+    scenarios: int = 0
+    classes: set[str] = field(default_factory=set)
+    findings: Counter = field(default_factory=Counter)  # known legacy defect -> scenarios reaching it
+    counterexample: str | None = None
+    scenario: Scenario | None = None
+    diverged: set[str] = field(default_factory=set)  # worlds that differed or broke an oracle
+    seconds: float = 0.0
+
+    @property
+    def required_reached(self) -> list[str]:
+        return [c for c in REQUIRED if c in self.classes]
+
+
+class Progress:
+    """A progress bar on stderr once a run has taken a few seconds: redrawn in place on a
+    terminal, a plain line every ten seconds otherwise (logs stay readable)."""
+
+    def __init__(self, total: int, after_seconds: float = 2.0) -> None:
+        self.total, self.after, self.start, self.shown = total, after_seconds, time.monotonic(), False
+        self.tty = sys.stderr.isatty()
+        self.last_line = 0.0
+
+    def update(self, done: int) -> None:
+        elapsed = time.monotonic() - self.start
+        if elapsed < self.after:
+            return
+        if not self.tty:
+            if elapsed - self.last_line >= 10 or done == self.total:
+                self.last_line = elapsed
+                sys.stderr.write(f"kvparity: {done}/{self.total} scenarios, {elapsed:.0f} s\n")
+            return
+        width = 30
+        filled = min(width, width * done // max(self.total, 1))
+        sys.stderr.write(f"\r[{'#' * filled}{'.' * (width - filled)}] {done}/{self.total} scenarios, {elapsed:.0f} s")
+        sys.stderr.flush()
+        self.shown = True
+
+    def close(self) -> None:
+        if self.shown and self.tty:
+            sys.stderr.write("\n")
+
+
+def check_repository(
+    worlds: tuple[tuple[str, str], ...], examples: int, random_seed: int | None
+) -> HarnessVerdict:
+    """Play about ``examples`` scenarios (split over the templates) in ``worlds``; the first world
+    is the reference. ``random_seed`` None means derandomized (the same scenarios every run)."""
+    names = tuple(f"{v}/{b}" for v, b in worlds)
+    verdict = HarnessVerdict(names)
+    per_template = max(1, examples // len(TEMPLATES))
+    progress = Progress(per_template * len(TEMPLATES))
+    started = time.monotonic()
+    failing: list[tuple[Scenario, RunResult]] = []
+    try:
+        for template in TEMPLATES:
+            _play_template(template, worlds, per_template, random_seed, verdict, failing, progress)
+            if failing:
+                break
+    finally:
+        progress.close()
+    if failing:
+        scenario, result = failing[-1]  # Hypothesis replays the shrunk example last
+        verdict.verdict = "divergence"
+        verdict.scenario = scenario
+        verdict.counterexample = format_failure(result)
+        verdict.diverged = {d.world for d in result.divergences} | {v.split(":", 1)[0] for v in result.violations}
+    verdict.seconds = time.monotonic() - started
+    return verdict
+
+
+def _play_template(template, worlds, count, random_seed, verdict, failing, progress) -> None:
+    chosen = settings(
+        settings(), max_examples=count, database=None, derandomize=random_seed is None, verbosity=Verbosity.quiet
+    )
+
+    def play(scenario: Scenario) -> None:
+        result = run_scenario(scenario, worlds)
+        verdict.scenarios += 1
+        verdict.classes |= result.classes
+        verdict.findings.update({d.known_defect for d in result.findings})
+        progress.update(verdict.scenarios)
+        if not result.ok:
+            failing.append((scenario, result))
+            raise AssertionError(format_failure(result))
+
+    test = chosen(given(scenarios(templates=(template,)))(play))
+    if random_seed is not None:
+        test = seed(random_seed)(test)
+    try:
+        test()
+    except AssertionError:
+        if not failing:
+            raise

@@ -1,0 +1,40 @@
+"""Hypothesis profiles, shared by the test suite (conftest.py) and ``kvparity check``.
+
+``ci``: derandomized, no deadline, bounded. ``dev``: random, small. ``nightly``: random (its seed
+printed by whoever runs it), thousands of examples, larger shapes. ``mutation``: derandomized, no
+example database (a mutant must not replay another mutant's failures).
+"""
+
+from __future__ import annotations
+
+import os
+
+from hypothesis import HealthCheck, settings
+
+PROFILES = ("ci", "dev", "nightly", "mutation")
+_QUIET = [HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.filter_too_much]
+
+settings.register_profile("ci", derandomize=True, deadline=None, max_examples=100, database=None,
+                          suppress_health_check=_QUIET, print_blob=True)
+settings.register_profile("dev", deadline=None, max_examples=20, suppress_health_check=_QUIET, print_blob=True)
+settings.register_profile("nightly", deadline=None, max_examples=2000, suppress_health_check=_QUIET, print_blob=True)
+settings.register_profile("mutation", derandomize=True, deadline=None, max_examples=60, database=None,
+                          suppress_health_check=_QUIET)
+
+
+def chosen_profile() -> str:
+    """``HYPOTHESIS_PROFILE``, else ``ci`` when ``CI=true``, else ``dev``."""
+    return os.environ.get("HYPOTHESIS_PROFILE") or ("ci" if os.environ.get("CI") == "true" else "dev")
+
+
+def load(profile: str) -> None:
+    """Load ``profile`` (and tell the strategies, which size scenarios by it)."""
+    if profile not in PROFILES:
+        raise ValueError(f"Hypothesis profile {profile!r}: expected one of {', '.join(PROFILES)}")
+    os.environ["HYPOTHESIS_PROFILE"] = profile
+    if os.environ.get("KVPARITY_MAX_EXAMPLES"):
+        # One knob for a quick or a long run of any profile (e.g. a time-boxed nightly on a GPU).
+        settings.register_profile(
+            profile, parent=settings.get_profile(profile), max_examples=int(os.environ["KVPARITY_MAX_EXAMPLES"])
+        )
+    settings.load_profile(profile)

@@ -1,0 +1,71 @@
+"""``kvparity check`` without a candidate: verdicts, exit statuses, --json and --repro."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+
+import refactored.schedule_batch
+from parity import profiles
+from parity.cli import main
+
+
+@pytest.fixture(autouse=True)
+def keep_the_suites_profile():
+    """``kvparity check`` loads its own Hypothesis profile; give the suite's back afterwards."""
+    suite_profile = os.environ["HYPOTHESIS_PROFILE"]
+    yield
+    profiles.load(suite_profile)
+
+
+def test_parity_exits_0_and_writes_the_verdict(tmp_path, capsys):
+    out = tmp_path / "verdict.json"
+    assert main(["check", "--examples", "16", "--backend", "torch", "--json", str(out)]) == 0
+    printed = capsys.readouterr().out
+    assert "legacy/torch vs refactored/torch" in printed and "verdict: PARITY" in printed
+    verdict = json.loads(out.read_text())
+    assert verdict["verdict"] == "parity" and verdict["scenarios"] == 16 and verdict["counterexample"] is None
+    assert verdict["worlds"] == ["legacy/torch", "refactored/torch"]
+
+
+def test_divergence_exits_1_with_a_shrunk_counterexample_and_a_repro(tmp_path, capsys, monkeypatch):
+    """A refactored last_loc taken from the second-to-last prefix element (a real bug class)."""
+
+    def second_to_last(prefix_tensors, device):
+        pieces = [p[-2:-1] if len(p) > 1 else torch.tensor([-1], dtype=torch.int64) for p in prefix_tensors]
+        return torch.cat(pieces).to(device)
+
+    monkeypatch.setattr(refactored.schedule_batch, "last_loc_from_prefixes", second_to_last)
+    out, repro = tmp_path / "verdict.json", tmp_path / "repro.py"
+    status = main(["check", "--examples", "80", "--backend", "torch", "--json", str(out), "--repro", str(repro)])
+    printed = capsys.readouterr().out
+    assert status == 1
+    assert "legacy/torch vs refactored/torch" in printed and "DIVERGENCE" in printed
+    assert "last_loc" in printed and "verdict: DIVERGENCE" in printed
+    verdict = json.loads(out.read_text())
+    assert verdict["verdict"] == "divergence"
+    assert verdict["counterexample"]["scenario"]["geometry"]["page_size"] > 1  # last_loc only matters paged
+    assert "run_scenario(scenario)" in repro.read_text()
+
+
+@pytest.mark.parametrize(
+    "argv,message",
+    [
+        (["check", "--examples", "0"], "--examples must be at least 1"),
+        (["check", "--target", "get_last_loc"], "needs --candidate"),
+        (["check", "--profile", "weekly"], "Hypothesis profile 'weekly'"),
+    ],
+)
+def test_usage_errors_exit_2_and_say_why(argv, message, capsys):
+    assert main(argv) == 2
+    assert message in capsys.readouterr().err
+
+
+def test_console_entry_rejects_unknown_options():
+    done = subprocess.run([sys.executable, "-m", "parity", "check", "--colour"], capture_output=True, text=True)
+    assert done.returncode == 2 and "unrecognized arguments: --colour" in done.stderr
