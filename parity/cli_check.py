@@ -18,7 +18,8 @@ from pathlib import Path
 
 USAGE_ERROR = 2
 TARGETS = ("prepare_for_extend", "write_cache_indices", "get_last_loc", "alloc_extend")
-DEFAULT_EXAMPLES = 800
+DEFAULT_EXAMPLES = 800  # scenarios, 100 per template
+DEFAULT_CANDIDATE_EXAMPLES = 200  # kernel-level batches
 
 
 def add(commands: argparse._SubParsersAction, parser_class: type) -> None:
@@ -150,5 +151,24 @@ sys.exit(0 if result.ok else 1)
 
 
 def _check_candidate(args: argparse.Namespace) -> int:
-    print("kvparity check: --candidate is not available yet", file=sys.stderr)
-    return USAGE_ERROR
+    """The candidate, in a sandboxed child process, against this repository's reference."""
+    from parity.candidates import CandidateLoadError
+    from parity.checker import check_candidate
+
+    if args.target == "prepare_for_extend":
+        print("kvparity check: --target prepare_for_extend takes no candidate (SPEC section 9 gives SGLang's "
+              "signatures of write_cache_indices, get_last_loc and alloc_extend_kernel): choose one of those targets",
+              file=sys.stderr)
+        return USAGE_ERROR
+    try:
+        result = check_candidate(args.target, args.candidate, args.examples or DEFAULT_CANDIDATE_EXAMPLES, args.seed)
+    except (CandidateLoadError, ValueError) as exc:
+        print(f"kvparity check: {exc}", file=sys.stderr)
+        return USAGE_ERROR
+    print(result.report())
+    print(f"verdict: {result.verdict.upper()}")
+    _write_json(args.json, result.to_dict())
+    if args.repro and result.counterexample is not None:
+        Path(args.repro).write_text(result.repro_script())
+        print(f"wrote {args.repro}")
+    return 0 if result.verdict == "parity" else 1

@@ -9,7 +9,7 @@ from kernels import runtime
 from parity.classes import classify
 from parity.compare import Difference, compare
 from parity.oracles import check_stage
-from parity.scenario import Scenario
+from parity.scenario import Scenario, Step
 from parity.scheduler import Scheduler, StageRecord
 from parity.snapshot import Snapshot, take_snapshot
 from parity.world import VERSIONS, build_world
@@ -38,56 +38,82 @@ def _start_record() -> StageRecord:
     return StageRecord(step=-1, kind="start")
 
 
+class Lockstep:
+    """Several worlds fed the same steps. After every stage each world is snapshotted and checked
+    by the oracles; then every world is compared with the reference (the first), stage by stage.
+    ``result`` accumulates divergences, known legacy defects, violations and the reference's
+    records. Used by ``run_scenario`` (steps known up front) and by the stateful test (steps
+    chosen one at a time)."""
+
+    def __init__(self, scenario: Scenario, worlds: tuple[tuple[str, str], ...] = ALL_WORLDS, *, oracles: bool = True):
+        self.names = tuple(f"{v}/{b}" for v, b in worlds)
+        self.schedulers = {
+            name: Scheduler(build_world(v, b, scenario.geometry, scenario.cache_kind, device=runtime.DEVICE), scenario)
+            for name, (v, b) in zip(self.names, worlds)
+        }
+        self.oracles = oracles
+        self.result = RunResult(scenario, self.names)
+        self.last = {name: take_snapshot(s, _start_record()) for name, s in self.schedulers.items()}
+        self._compare([self.last])
+
+    @property
+    def halted(self) -> bool:
+        return any(s.halted for s in self.schedulers.values())
+
+    @property
+    def failed(self) -> bool:
+        return not self.result.ok
+
+    def play(self, index: int, step: Step) -> list[StageRecord]:
+        """Play ``step`` in every world; returns the reference world's stage records."""
+        stages: dict[str, list[Snapshot]] = {}
+        for name, scheduler in self.schedulers.items():
+            stages[name] = []
+            for record in scheduler.apply(index, step):
+                snap = take_snapshot(scheduler, record)
+                if self.oracles:
+                    problems = check_stage(self.result.scenario, self.last[name], snap)
+                    self.result.violations += [f"{name}: {p}" for p in problems]
+                self.last[name] = snap
+                stages[name].append(snap)
+        reference = stages[self.names[0]]
+        records = [s.record for s in reference]
+        self.result.records += records
+        counts = {name: len(stages[name]) for name in self.names}
+        if len(set(counts.values())) != 1:
+            self.result.divergences.append(
+                Difference(self.names[0], self.names[0], "stages", f"step {index}: the worlds ran {counts} stages")
+            )
+            self.result.first_difference = records[0] if records else None
+            return records
+        self._compare([{n: stages[n][i] for n in self.names} for i in range(len(reference))])
+        return records
+
+    def _compare(self, per_stage: list[dict[str, Snapshot]]) -> None:
+        for snaps in per_stage:
+            ref = snaps[self.names[0]]
+            self.result.stages += 1
+            for name in self.names[1:]:
+                for diff in compare(self.names[0], ref, name, snaps[name]):
+                    (self.result.findings if diff.known_defect else self.result.divergences).append(diff)
+            if self.result.divergences:
+                self.result.first_difference = ref.record
+                return
+
+
 def run_scenario(
     scenario: Scenario,
     worlds: tuple[tuple[str, str], ...] = ALL_WORLDS,
     *,
     oracles: bool = True,
 ) -> RunResult:
-    names = tuple(f"{v}/{b}" for v, b in worlds)
-    schedulers = {
-        name: Scheduler(build_world(v, b, scenario.geometry, scenario.cache_kind, device=runtime.DEVICE), scenario)
-        for name, (v, b) in zip(names, worlds)
-    }
-    result = RunResult(scenario, names)
-    last = {name: take_snapshot(s, _start_record()) for name, s in schedulers.items()}
-    if _compare_stage(result, names, [last]):
-        return result
+    """Play ``scenario`` in ``worlds`` until its end, the first divergence or violation, or a
+    halt (an allocation failure ends a scenario: after it the versions differ by design)."""
+    lockstep = Lockstep(scenario, worlds, oracles=oracles)
     for index, step in enumerate(scenario.steps):
-        stages: dict[str, list[Snapshot]] = {}
-        for name, scheduler in schedulers.items():
-            stages[name] = []
-            for record in scheduler.apply(index, step):
-                snap = take_snapshot(scheduler, record)
-                if oracles:
-                    result.violations += [f"{name}: {v}" for v in check_stage(scenario, last[name], snap)]
-                last[name] = snap
-                stages[name].append(snap)
-        reference = stages[names[0]]
-        result.records += [s.record for s in reference]
-        if any(len(stages[n]) != len(reference) for n in names):
-            result.divergences.append(
-                Difference(names[0], names[0], "stages", f"worlds ran different numbers of stages in step {index}")
-            )
+        if lockstep.failed or lockstep.halted:
             break
-        per_stage = [{n: stages[n][i] for n in names} for i in range(len(reference))]
-        if _compare_stage(result, names, per_stage) or result.violations:
-            break
-        if any(s.halted for s in schedulers.values()):
-            break
+        lockstep.play(index, step)
+    result = lockstep.result
     result.classes = classify(scenario, result.records)
     return result
-
-
-def _compare_stage(result: RunResult, names: tuple[str, ...], per_stage: list[dict[str, Snapshot]]) -> bool:
-    """Compare every world with the reference, stage by stage; True at the first divergence."""
-    for snaps in per_stage:
-        ref = snaps[names[0]]
-        result.stages += 1
-        for name in names[1:]:
-            for diff in compare(names[0], ref, name, snaps[name]):
-                (result.findings if diff.known_defect else result.divergences).append(diff)
-        if result.divergences:
-            result.first_difference = ref.record
-            return True
-    return False

@@ -69,3 +69,41 @@ def test_usage_errors_exit_2_and_say_why(argv, message, capsys):
 def test_console_entry_rejects_unknown_options():
     done = subprocess.run([sys.executable, "-m", "parity", "check", "--colour"], capture_output=True, text=True)
     assert done.returncode == 2 and "unrecognized arguments: --colour" in done.stderr
+
+
+# ---- with a candidate -----------------------------------------------------------------------------
+CANDIDATES = "tests/unit/candidates"
+
+
+def test_example_candidate_gets_parity(capsys):
+    argv = ["check", "--target", "write_cache_indices", "--candidate", "examples/offset_write.py:write_cache_indices",
+            "--examples", "20"]
+    assert main(argv) == 0
+    assert "verdict: PARITY" in capsys.readouterr().out
+
+
+def test_wrong_candidate_exits_1_with_cells_json_and_repro(tmp_path, capsys):
+    out, repro = tmp_path / "verdict.json", tmp_path / "repro.py"
+    argv = ["check", "--target", "write_cache_indices", "--candidate", f"{CANDIDATES}/wci_own_offset.py:write_cache_indices",
+            "--examples", "20", "--json", str(out), "--repro", str(repro)]
+    assert main(argv) == 1
+    printed = capsys.readouterr().out
+    assert "counterexample (shrunk)" in printed and "expected" in printed and "verdict: DIVERGENCE" in printed
+    verdict = json.loads(out.read_text())
+    assert verdict["verdict"] == "divergence" and verdict["fault"]["cells"]
+    assert "replay_batch" in repro.read_text()
+
+
+@pytest.mark.parametrize(
+    "argv,message",
+    [
+        (["--target", "prepare_for_extend", "--candidate", "examples/offset_write.py:write_cache_indices"],
+         "takes no candidate"),
+        (["--target", "write_cache_indices", "--candidate", "examples/no_such_file.py:write_cache_indices"],
+         "no_such_file.py"),
+        (["--target", "get_last_loc", "--candidate", "examples/offset_write.py:write_cache_indices"], "get_last_loc"),
+    ],
+)
+def test_candidate_usage_errors_exit_2(argv, message, capsys):
+    assert main(["check", *argv]) == 2
+    assert message in capsys.readouterr().err

@@ -1,0 +1,155 @@
+"""Load a plug-in candidate named ``package.module:name`` or ``path/to/file.py:name``.
+
+A candidate replaces one SGLang function (SPEC section 9) and must have exactly its parameters.
+Loading runs the candidate's module, so kvparity does it only inside the sandbox's child process
+(``parity.sandbox``); the child sends a ``CandidateLoadError`` back as text and the parent raises
+it again. The CLI maps ``CandidateLoadError`` to exit code 2 (a usage error, not a divergence).
+"""
+
+from __future__ import annotations
+
+import difflib
+import hashlib
+import importlib
+import importlib.util
+import inspect
+import os
+import sys
+from typing import Any, Callable
+
+# SGLang's parameter names per target (SPEC section 9), in order.
+SIGNATURES: dict[str, tuple[str, ...]] = {
+    "write_cache_indices": (
+        "out_cache_loc", "req_pool_indices_tensor", "req_pool_indices_cpu", "prefix_lens_tensor",
+        "prefix_lens_cpu", "seq_lens_tensor", "seq_lens_cpu", "extend_lens_tensor", "extend_lens_cpu",
+        "prefix_tensors", "req_to_token_pool",
+    ),
+    "get_last_loc": ("req_to_token", "req_pool_indices_tensor", "prefix_lens_tensor"),
+    "alloc_extend": (
+        "prefix_lens_ptr", "seq_lens_ptr", "last_loc_ptr", "free_page_ptr", "out_indices",
+        "bs_upper", "page_size", "max_num_extend_tokens",
+    ),
+}
+
+
+class CandidateLoadError(Exception):
+    """The candidate cannot be used at all (bad spec, missing file/module/name, wrong signature).
+    A usage error: the CLI exits with code 2."""
+
+
+def split_spec(spec: str) -> tuple[str, str]:
+    """``"where:name"`` -> ``(where, name)``; the name is after the LAST colon."""
+    where, sep, name = spec.rpartition(":")
+    if not sep or not where or not name:
+        raise CandidateLoadError(
+            f"candidate {spec!r}: expected 'package.module:name' or 'path/to/file.py:name'")
+    if not name.isidentifier():
+        raise CandidateLoadError(f"candidate {spec!r}: {name!r} is not a Python name")
+    return where, name
+
+
+def is_file_spec(where: str) -> bool:
+    return where.endswith(".py") or os.sep in where or "/" in where
+
+
+def absolute_spec(spec: str) -> str:
+    """The same spec with a file path made absolute (the sandbox child may run elsewhere)."""
+    where, name = split_spec(spec)
+    return f"{os.path.abspath(where)}:{name}" if is_file_spec(where) else spec
+
+
+def _load_file(path: str, spec: str) -> Any:
+    if not os.path.isfile(path):
+        raise CandidateLoadError(f"candidate {spec!r}: file {path!r} does not exist")
+    digest = hashlib.sha1(os.path.abspath(path).encode()).hexdigest()[:12]
+    module_name = f"kvparity_candidate_{digest}"
+    module_spec = importlib.util.spec_from_file_location(module_name, path)
+    if module_spec is None or module_spec.loader is None:
+        raise CandidateLoadError(f"candidate {spec!r}: cannot load {path!r} as a Python module")
+    module = importlib.util.module_from_spec(module_spec)
+    sys.modules[module_name] = module  # triton.jit needs the module to be importable by name
+    try:
+        module_spec.loader.exec_module(module)
+    except Exception as exc:
+        sys.modules.pop(module_name, None)
+        raise CandidateLoadError(
+            f"candidate {spec!r}: running file {path!r} raised {type(exc).__name__}: {exc}") from exc
+    return module
+
+
+def _load_module(dotted: str, spec: str) -> Any:
+    try:
+        return importlib.import_module(dotted)
+    except ModuleNotFoundError as exc:
+        raise CandidateLoadError(f"candidate {spec!r}: module {dotted!r} not found ({exc})") from exc
+    except Exception as exc:
+        raise CandidateLoadError(
+            f"candidate {spec!r}: importing module {dotted!r} raised {type(exc).__name__}: {exc}") from exc
+
+
+def _attribute(module: Any, name: str, where: str, spec: str) -> Any:
+    if hasattr(module, name):
+        return getattr(module, name)
+    public = [n for n in dir(module) if not n.startswith("_")]
+    close = difflib.get_close_matches(name, public, n=3)
+    defined = ", ".join(public[:12]) or "nothing public"
+    hint = f"; did you mean {', '.join(close)}?" if close else f"; it defines {defined}"
+    raise CandidateLoadError(f"candidate {spec!r}: {where!r} has no attribute {name!r}{hint}")
+
+
+def parameter_names(obj: Any) -> tuple[list[str], list[str]] | None:
+    """(required parameter names, optional ones) of a function or a Triton kernel; ``None`` when
+    they cannot be known (e.g. a builtin, or ``*args``)."""
+    fn = getattr(obj, "fn", None) if not inspect.isfunction(obj) else None  # triton JITFunction
+    try:
+        sig = inspect.signature(fn if callable(fn) else obj)
+    except (TypeError, ValueError):
+        return None
+    params = list(sig.parameters.values())
+    if any(p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD) for p in params):
+        return None
+    required = [p.name for p in params if p.default is p.empty]
+    optional = [p.name for p in params if p.default is not p.empty]
+    return required, optional
+
+
+def signature_problem(obj: Any, target: str) -> str | None:
+    """Why ``obj``'s parameters are not SGLang's for ``target`` (extra parameters with a default
+    are allowed); ``None`` when they match or cannot be inspected."""
+    expected = list(SIGNATURES[target])
+    names = parameter_names(obj)
+    if names is None:
+        return None
+    required, optional = names
+    given = required + [n for n in optional if n in expected]
+    if given == expected:
+        return None
+    missing = [n for n in expected if n not in given]
+    unexpected = [n for n in required if n not in expected]
+    parts = [f"parameters ({', '.join(required + optional)}) are not SGLang's ({', '.join(expected)})"]
+    if missing:
+        parts.append(f"missing: {', '.join(missing)}")
+    if unexpected:
+        parts.append(f"unexpected required: {', '.join(unexpected)}")
+    if not missing and not unexpected:
+        parts.append("same names, different order")
+    return "; ".join(parts)
+
+
+def load_candidate(spec: str, target: str | None = None) -> Callable[..., Any]:
+    """The object ``spec`` names. With ``target``, also check it is callable (or, for
+    ``alloc_extend``, launchable as ``kernel[(bs,)](...)``) with SGLang's parameter names.
+    Raises ``CandidateLoadError`` naming the spec, the file or module, and what is wrong."""
+    if target is not None and target not in SIGNATURES:
+        raise CandidateLoadError(f"target {target!r} is not one of {tuple(SIGNATURES)}")
+    where, name = split_spec(spec)
+    module = _load_file(where, spec) if is_file_spec(where) else _load_module(where, spec)
+    obj = _attribute(module, name, where, spec)
+    launchable = hasattr(obj, "__getitem__") and target == "alloc_extend"
+    if not callable(obj) and not launchable:
+        raise CandidateLoadError(f"candidate {spec!r}: {name!r} in {where!r} is a {type(obj).__name__}, not a function")
+    if target is not None:
+        problem = signature_problem(obj, target)
+        if problem:
+            raise CandidateLoadError(f"candidate {spec!r} for target {target}: {problem}")
+    return obj

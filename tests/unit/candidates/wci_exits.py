@@ -1,0 +1,9 @@
+"""WRONG: calls sys.exit (reported as raised, not as a crash of kvparity)."""
+
+import sys
+
+
+def write_cache_indices(out_cache_loc, req_pool_indices_tensor, req_pool_indices_cpu, prefix_lens_tensor,
+                        prefix_lens_cpu, seq_lens_tensor, seq_lens_cpu, extend_lens_tensor, extend_lens_cpu,
+                        prefix_tensors, req_to_token_pool):
+    sys.exit(3)

@@ -1,0 +1,13 @@
+"""WRONG: the new slots go to columns [0, extend_len) instead of [prefix_len, seq_len)."""
+
+
+def write_cache_indices(out_cache_loc, req_pool_indices_tensor, req_pool_indices_cpu, prefix_lens_tensor,
+                        prefix_lens_cpu, seq_lens_tensor, seq_lens_cpu, extend_lens_tensor, extend_lens_cpu,
+                        prefix_tensors, req_to_token_pool):
+    table = req_to_token_pool.req_to_token
+    start = 0
+    for i, row in enumerate(req_pool_indices_cpu.tolist()):
+        pre, ext = int(prefix_lens_cpu[i]), int(extend_lens_cpu[i])
+        table[row, :pre] = prefix_tensors[i].to(table.dtype)
+        table[row, :ext] = out_cache_loc[start : start + ext].to(table.dtype)  # the bug: no + pre
+        start += ext

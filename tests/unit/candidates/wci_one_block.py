@@ -1,0 +1,14 @@
+"""WRONG only for long requests: copies at most the first 512 new slots of each request."""
+
+
+def write_cache_indices(out_cache_loc, req_pool_indices_tensor, req_pool_indices_cpu, prefix_lens_tensor,
+                        prefix_lens_cpu, seq_lens_tensor, seq_lens_cpu, extend_lens_tensor, extend_lens_cpu,
+                        prefix_tensors, req_to_token_pool):
+    table = req_to_token_pool.req_to_token
+    start = 0
+    for i, row in enumerate(req_pool_indices_cpu.tolist()):
+        pre, ext = int(prefix_lens_cpu[i]), int(extend_lens_cpu[i])
+        table[row, :pre] = prefix_tensors[i].to(table.dtype)
+        n = min(ext, 512)  # the bug: one block only
+        table[row, pre : pre + n] = out_cache_loc[start : start + n].to(table.dtype)
+        start += ext

@@ -1,0 +1,9 @@
+"""WRONG: dereferences address 0 (a segmentation fault kills its process)."""
+
+import ctypes
+
+
+def write_cache_indices(out_cache_loc, req_pool_indices_tensor, req_pool_indices_cpu, prefix_lens_tensor,
+                        prefix_lens_cpu, seq_lens_tensor, seq_lens_cpu, extend_lens_tensor, extend_lens_cpu,
+                        prefix_tensors, req_to_token_pool):
+    ctypes.string_at(0)
