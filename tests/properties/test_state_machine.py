@@ -25,17 +25,14 @@ from hypothesis import HealthCheck, Phase, event, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
-from kernels import runtime
 from parity.classes import classify
-from parity.compare import Difference, compare
-from parity.oracles import check_stage
+from parity.compare import Difference
 from parity.report import format_failure
-from parity.runner import ALL_WORLDS, RunResult
+from parity.runner import ALL_WORLDS, Lockstep, RunResult
 from parity.scenario import Decode, Evict, Extend, Finish, RequestSpec, Retract, Scenario, Step
 from parity.scheduler import Scheduler, StageRecord
-from parity.snapshot import Snapshot, take_snapshot
 from parity.strategies import current_shape
-from parity.world import Geometry, build_world
+from parity.world import Geometry
 
 NIGHTLY = os.environ.get("HYPOTHESIS_PROFILE") == "nightly"
 # Bounds that keep the module well under a minute on one CPU core in the ci profile (Triton runs in
@@ -139,21 +136,23 @@ def _picked(waiting: list[str], picks: list[int]) -> tuple[str, ...]:
     return tuple(dict.fromkeys(waiting[i % len(waiting)] for i in picks))
 
 
-def _start_record() -> StageRecord:
-    return StageRecord(step=-1, kind="start")
-
-
 class SchedulerLockstep(RuleBasedStateMachine):
     """Four schedulers, one per world, fed the same steps; the first world is the reference."""
 
     def __init__(self) -> None:
         super().__init__()
         self.scenario: Scenario | None = None
-        self.names: tuple[str, ...] = tuple(f"{v}/{b}" for v, b in ALL_WORLDS)
-        self.schedulers: dict[str, Scheduler] = {}
-        self.last: dict[str, Snapshot] = {}
+        self.lockstep: Lockstep | None = None
         self.steps: list[Step] = []
-        self.records: list[StageRecord] = []  # the reference world's stages, for scenario classes
+        self.findings_seen = 0
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        return self.lockstep.names
+
+    @property
+    def schedulers(self) -> dict[str, Scheduler]:
+        return self.lockstep.schedulers if self.lockstep else {}
 
     # ---- state the preconditions read (the reference world; the invariant keeps the others equal)
     @property
@@ -173,14 +172,10 @@ class SchedulerLockstep(RuleBasedStateMachine):
         scenario's steps are empty: the rules supply them one by one), then its first prefill
         batch (see ``admit_and_extend``). Every world must be equal from the start."""
         self.scenario = scenario
-        self.schedulers = {
-            name: Scheduler(build_world(v, b, scenario.geometry, scenario.cache_kind, device=runtime.DEVICE), scenario)
-            for name, (v, b) in zip(self.names, ALL_WORLDS)
-        }
-        self.last = {name: take_snapshot(s, _start_record()) for name, s in self.schedulers.items()}
+        self.lockstep = Lockstep(scenario, ALL_WORLDS)
         event(f"setup: page size {scenario.geometry.page_size}, cache {scenario.cache_kind}, "
               f"{'chunked' if scenario.chunk_size else 'unchunked'}")
-        self._check([dict(self.last)], [])
+        self._raise_on_failure()
         # The first batch is part of the setup rather than a rule: with every request waiting,
         # admitting some is the only step that does anything, and Hypothesis's swarm testing
         # (which switches some rules off for a whole run) would otherwise waste many runs.
@@ -288,54 +283,28 @@ class SchedulerLockstep(RuleBasedStateMachine):
     def teardown(self) -> None:
         if self.scenario is None:
             return
-        for name in sorted(classify(self.scenario, self.records)):
+        for name in sorted(classify(self.scenario, self.lockstep.result.records)):
             event(f"class: {name}")
 
     # ---- playing one step on every world -----------------------------------------------------------
     def _play(self, step: Step) -> None:
-        """``parity.runner.run_scenario`` for one step: every world plays it stage by stage, each
-        stage is snapshotted and checked by the oracles, then compared with the reference world."""
-        index = len(self.steps)
+        """``parity.runner.Lockstep``: every world plays the step stage by stage; each stage is
+        snapshotted, checked by the oracles and compared with the reference world."""
         self.steps.append(step)
-        stages: dict[str, list[Snapshot]] = {}
-        violations: list[str] = []
-        for name, scheduler in self.schedulers.items():
-            stages[name] = []
-            for record in scheduler.apply(index, step):
-                snap = take_snapshot(scheduler, record)
-                violations += [f"{name}: {v}" for v in check_stage(self.scenario, self.last[name], snap)]
-                self.last[name] = snap
-                stages[name].append(snap)
-        reference = stages[self.names[0]]
-        for snap in reference:
-            record = snap.record
-            self.records.append(record)
+        for record in self.lockstep.play(len(self.steps) - 1, step):
             event(f"stage {record.kind}: {record.outcome}")
             if record.kind == "skip":
                 event(f"skip: {', '.join(record.notes)}")
-        counts = {name: len(stages[name]) for name in self.names}
-        if len(set(counts.values())) != 1:
-            diff = Difference(self.names[0], self.names[0], "stages", f"the worlds ran different numbers: {counts}")
-            raise AssertionError(self._report([diff], violations, reference[0].record if reference else None))
-        self._check([{name: stages[name][i] for name in self.names} for i in range(len(reference))], violations)
+        self._raise_on_failure()
 
-    def _check(self, per_stage: list[dict[str, Snapshot]], violations: list[str]) -> None:
-        """Compare every world with the reference, stage by stage; fail at the first stage that
-        differs (a known legacy defect is counted as an event, never a failure) or on any oracle
-        violation."""
-        first = self.names[0]
-        for snaps in per_stage:
-            divergences = []
-            for name in self.names[1:]:
-                for diff in compare(first, snaps[first], name, snaps[name]):
-                    if diff.known_defect:
-                        event(f"legacy defect reported: {diff.known_defect}")
-                    else:
-                        divergences.append(diff)
-            if divergences:
-                raise AssertionError(self._report(divergences, violations, snaps[first].record))
-        if violations:
-            raise AssertionError(self._report([], violations, per_stage[-1][first].record if per_stage else None))
+    def _raise_on_failure(self) -> None:
+        """Fail on a divergence or an oracle violation; a known legacy defect is only an event."""
+        result = self.lockstep.result
+        for diff in result.findings[self.findings_seen:]:
+            event(f"legacy defect reported: {diff.known_defect}")
+        self.findings_seen = len(result.findings)
+        if not result.ok:
+            raise AssertionError(self._report(result.divergences, result.violations, result.first_difference))
 
     def _report(self, divergences: list[Difference], violations: list[str], first: StageRecord | None) -> str:
         """``parity.report.format_failure``: the differing cells as a table, the oracle
