@@ -1,8 +1,10 @@
-"""``python -m parity ...``: the kvparity command line (``parity.cli``)."""
+"""``python -m parity ...``: the kvparity command line (``parity.cli``).
+
+The kernels are not imported here: ``kvparity check --device`` must choose the device, and so
+Triton's mode, before they are (each command imports them when it runs)."""
 
 import sys
 
-from kernels import runtime  # noqa: F401  (fixes the Triton mode first)
 from parity.cli import main
 
 sys.exit(main())

@@ -107,3 +107,11 @@ def test_wrong_candidate_exits_1_with_cells_json_and_repro(tmp_path, capsys):
 def test_candidate_usage_errors_exit_2(argv, message, capsys):
     assert main(["check", *argv]) == 2
     assert message in capsys.readouterr().err
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="needs a machine without CUDA")
+def test_device_cuda_without_cuda_is_a_usage_error():
+    """The device is chosen before the kernels are imported; asking for one that is not there
+    is refused with the reason, not a traceback."""
+    done = subprocess.run([sys.executable, "-m", "parity", "check", "--device", "cuda"], capture_output=True, text=True)
+    assert done.returncode == 2 and "torch sees no CUDA device" in done.stderr
