@@ -25,6 +25,8 @@ def check_stage(scenario: Scenario, before: Snapshot, after: Snapshot) -> list[s
         problems += last_loc_matches_prefix(scenario, after)
     if record.kind == "decode" and record.outcome == "ok":
         problems += new_slots_fresh(scenario, before, after)
+    if record.kind == "cache_unfinished":
+        problems += cached_row_names_prefix(after)
     problems += logprob_start_respected(after)
     problems += conservation(scenario, after)
     return [f"step {record.step} {record.kind}: {p}" for p in problems]
@@ -62,6 +64,20 @@ def rows_hold_prefix_then_new_slots(after: Snapshot) -> list[str]:
             )
     if start != len(record.out_cache_loc):
         problems.append(f"out_cache_loc has {len(record.out_cache_loc)} slots, extend_lens sum to {start}")
+    return problems
+
+
+def cached_row_names_prefix(after: Snapshot) -> list[str]:
+    """After caching a chunk, the chunked request's row holds its new prefix (the tree's slots, not
+    the duplicates just freed) in columns [0, len(prefix)), as SGLang's cache_unfinished_req leaves it."""
+    problems = []
+    for rid, row in zip(after.record.rids, after.record.rows):
+        prefix = list(after.requests[rid].prefix_values)
+        got = after.req_to_token[row, : len(prefix)].tolist()
+        if got != prefix:
+            bad = [c for c, (g, e) in enumerate(zip(got, prefix)) if g != e][:6]
+            problems.append(f"cached chunk of {rid}: row {row} columns {bad} hold {[got[c] for c in bad]}, "
+                            f"its prefix is {[prefix[c] for c in bad]}")
     return problems
 
 

@@ -96,6 +96,46 @@ ALIAS_AFTER_FINISH = Scenario(
     requests=(RequestSpec("r0", tuple(range(40, 46))), RequestSpec("r1", (7, 8))),
     steps=(Extend(("r0",)), Extend(()), Finish("r0"), Extend(("r1",))),
 )
+# Logprobs from token 2 on, behind a cached prompt: catches a match key that ignores logprob_start_len.
+LOGPROB_BEHIND_CACHE = Scenario(
+    geometry=Geometry(pool_rows=3, max_context_len=24, kv_slots=64, page_size=1),
+    cache_kind="radix",
+    requests=(RequestSpec("r0", tuple(range(1, 9))),
+              RequestSpec("r1", tuple(range(1, 9)) + (40,), return_logprob=True, logprob_start_len=2)),
+    steps=(Extend(("r0",)), Finish("r0"), Extend(("r1",))),
+)
+# A prompt the tree holds whole: catches a match key that covers the whole input (nothing to compute).
+WHOLE_PROMPT_CACHED = Scenario(
+    geometry=Geometry(pool_rows=3, max_context_len=24, kv_slots=64, page_size=1),
+    cache_kind="radix",
+    requests=(RequestSpec("r0", tuple(range(1, 7))), RequestSpec("r1", tuple(range(1, 6)))),
+    steps=(Extend(("r0",)), Finish("r0"), Extend(("r1",))),
+)
+# Two fresh requests of several whole pages in one paged batch: catches alloc_extend's part 2
+# starting at the previous request's first new page.
+PAGED_FRESH_PAIR = Scenario(
+    geometry=Geometry(pool_rows=3, max_context_len=24, kv_slots=64, page_size=2),
+    cache_kind="radix",
+    requests=(RequestSpec("r0", tuple(range(1, 6))), RequestSpec("r1", tuple(range(20, 25)))),
+    steps=(Extend(("r0", "r1")),),
+)
+# A chunk whose tokens another request cached meanwhile: catches cache_unfinished_req leaving the
+# row on its own (now freed) duplicate slots instead of rewriting it with the tree's.
+CHUNK_DUPLICATES_CACHED = Scenario(
+    geometry=Geometry(pool_rows=3, max_context_len=24, kv_slots=64, page_size=1),
+    cache_kind="radix",
+    chunk_size=12,
+    requests=(RequestSpec("r0", tuple(range(1, 9))), RequestSpec("r1", tuple(range(1, 13)))),
+    steps=(Extend(("r0", "r1")), Finish("r0"), Extend(())),
+)
+# No prefix cache at all: the request's default prefix reaches the write as is; catches a refactored
+# Req whose prefix_indices defaults to [] (the Triton write takes data_ptr() of every prefix).
+NO_CACHE_DEFAULT_PREFIX = Scenario(
+    geometry=Geometry(pool_rows=2, max_context_len=16, kv_slots=32, page_size=1),
+    cache_kind="none",
+    requests=(RequestSpec("r0", (3, 4, 5)),),
+    steps=(Extend(("r0",)),),
+)
 EXAMPLES = {
     "evicted tree slots reused": EVICTED_TREE_SLOTS_REUSED,
     "alias after finish": ALIAS_AFTER_FINISH,
@@ -104,6 +144,11 @@ EXAMPLES = {
     "unaligned paged chunks": UNALIGNED_PAGED_CHUNKS,
     "row reuse alias": ROW_REUSE_ALIAS,
     "retract and re-admit": RETRACT_READMIT,
+    "logprob behind cache": LOGPROB_BEHIND_CACHE,
+    "whole prompt cached": WHOLE_PROMPT_CACHED,
+    "paged fresh pair": PAGED_FRESH_PAIR,
+    "chunk duplicates cached": CHUNK_DUPLICATES_CACHED,
+    "no cache default prefix": NO_CACHE_DEFAULT_PREFIX,
 }
 
 
