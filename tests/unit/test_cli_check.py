@@ -37,8 +37,8 @@ def test_divergence_exits_1_with_a_shrunk_counterexample_and_a_repro(tmp_path, c
     """A refactored last_loc taken from the second-to-last prefix element (a real bug class)."""
 
     def second_to_last(prefix_tensors, device):
-        pieces = [p[-2:-1] if len(p) > 1 else torch.tensor([-1], dtype=torch.int64) for p in prefix_tensors]
-        return torch.cat(pieces).to(device)
+        minus_one = torch.tensor([-1], dtype=torch.int64, device=device)
+        return torch.cat([p[-2:-1].to(device) if len(p) > 1 else minus_one for p in prefix_tensors])
 
     monkeypatch.setattr(refactored.schedule_batch, "last_loc_from_prefixes", second_to_last)
     out, repro = tmp_path / "verdict.json", tmp_path / "repro.py"
