@@ -14,8 +14,6 @@ from kernels import runtime
 from kernels.alloc_extend import alloc_extend as alloc_extend_slots
 from kernels.alloc_extend import new_pages_needed
 
-_EMPTY = dict(dtype=torch.int64)
-
 
 class TokenToKVPoolAllocator:
     """Page size 1: a page is a slot. Slot 0 is reserved, so ``free_pages`` is ``1..size``."""

@@ -88,13 +88,13 @@ def classify(scenario: Scenario, records: list[StageRecord]) -> set[str]:
                 if rounds[rid] >= 2 and ps > 1 and len(pre) % ps:
                     found.add("chunked: unaligned prefix tail (page > 1)")
         for note in record.notes:
-            found |= _note_classes(note, scenario)
+            found |= _note_classes(note)
     if any(n >= 3 for n in rounds.values()):
         found.add("chunked: two or more rounds")
     return found
 
 
-def _note_classes(note: str, scenario: Scenario) -> set[str]:
+def _note_classes(note: str) -> set[str]:
     simple = {
         "radix hit": "radix: hit from a shared prompt prefix",
         "node split": "radix: node split",

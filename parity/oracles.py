@@ -6,8 +6,6 @@ from __future__ import annotations
 
 from collections import Counter
 
-import torch
-
 from parity.poison import POISON
 from parity.scenario import Scenario
 from parity.scheduler import parse_logprob_note

@@ -8,7 +8,7 @@ runner can snapshot all worlds between stages. Both versions use this same loop;
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Iterator
 
 import torch

@@ -69,7 +69,8 @@ TEMPLATES = (
 )
 
 
-def _run(start: int, n: int) -> tuple[int, ...]:
+def token_run(start: int, n: int) -> tuple[int, ...]:
+    """``n`` consecutive token ids from ``start`` (prints compactly as a range)."""
     return tuple(range(start, start + n))
 
 
@@ -79,13 +80,13 @@ def _prompts(draw, template: Template, shape: Shape, n: int) -> list[tuple[int, 
     stem_len = st.integers(1, shape.max_prompt)
     if template.long_prompts:
         stem_len = st.integers(*shape.long_prompt)
-    stems = [_run(100_000 * (k + 1), draw(stem_len, label="stem length")) for k in range(draw(st.integers(1, 3)))]
+    stems = [token_run(100_000 * (k + 1), draw(stem_len, label="stem length")) for k in range(draw(st.integers(1, 3)))]
     prompts: list[tuple[int, ...]] = []
     for i in range(n):
         if prompts and template.reuse_first and draw(st.booleans()):
             first = prompts[0]
             keep = draw(st.integers(len(first) // 2, len(first)))
-            prompts.append(first[:keep] + _run(10_000 * (i + 1), draw(st.integers(0 if keep else 1, 8))))
+            prompts.append(first[:keep] + token_run(10_000 * (i + 1), draw(st.integers(0 if keep else 1, 8))))
             continue
         if prompts and template.repeats and draw(st.booleans()):
             prompts.append(draw(st.sampled_from(prompts)))
@@ -94,7 +95,7 @@ def _prompts(draw, template: Template, shape: Shape, n: int) -> list[tuple[int, 
         keep = draw(st.integers(0, len(stem)))
         longest_suffix = shape.long_prompt[1] if template.long_prompts and draw(st.booleans()) else shape.max_prompt // 2
         suffix = draw(st.integers(0 if keep else 1, max(1, longest_suffix)))
-        prompts.append(stem[:keep] + _run(10_000 * (i + 1), suffix))
+        prompts.append(stem[:keep] + token_run(10_000 * (i + 1), suffix))
     return prompts
 
 

@@ -31,7 +31,7 @@ from parity.report import format_failure
 from parity.runner import ALL_WORLDS, Lockstep, RunResult
 from parity.scenario import Decode, Evict, Extend, Finish, RequestSpec, Retract, Scenario, Step
 from parity.scheduler import Scheduler, StageRecord
-from parity.strategies import current_shape
+from parity.strategies import current_shape, token_run
 from parity.world import Geometry
 
 NIGHTLY = os.environ.get("HYPOTHESIS_PROFILE") == "nightly"
@@ -45,9 +45,6 @@ if os.environ.get("KVPARITY_MAX_EXAMPLES"):
 MAX_REQUESTS = 8 if NIGHTLY else 5
 MAX_ADMIT = 4  # requests named by one Extend step
 
-
-def _run(start: int, n: int) -> tuple[int, ...]:
-    return tuple(range(start, start + n))
 
 
 @dataclass(frozen=True)
@@ -79,7 +76,7 @@ def _requests(cache: str, stems: list[tuple[int, ...]], draws: list[_RequestDraw
         else:
             stem = stems[d.stem % len(stems)]
             keep = min(d.keep, len(stem))
-            tokens = stem[:keep] + _run(10_000 * (i + 1), d.suffix if keep else max(1, d.suffix))
+            tokens = stem[:keep] + token_run(10_000 * (i + 1), d.suffix if keep else max(1, d.suffix))
         logprob = cache == "radix" and d.logprob == 3
         start = [-1, 0, len(tokens) // 2, len(tokens) - 1, len(tokens) + 3][d.start] if logprob else -1
         extra = "lora-a" if d.extra == 3 else None
@@ -111,7 +108,7 @@ def lockstep_setups(draw) -> Scenario:
     need_sort = draw(st.booleans(), label="need_sort")
     # The requests last: dropping one while shrinking leaves every other choice where it was.
     stems = draw(st.lists(st.integers(1, shape.max_prompt), min_size=1, max_size=2), label="stem lengths")
-    stems = [_run(100_000 * (k + 1), n) for k, n in enumerate(stems)]
+    stems = [token_run(100_000 * (k + 1), n) for k, n in enumerate(stems)]
     draws = draw(st.lists(_request_draws(shape.max_prompt), min_size=1, max_size=MAX_REQUESTS), label="requests")
     requests = _requests(cache, stems, draws)
     rows = 2 if tight_rows else len(requests) + spare_rows
