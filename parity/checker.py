@@ -18,6 +18,7 @@ from hypothesis import HealthCheck, Phase, Verbosity, given, settings
 from hypothesis import seed as hypothesis_seed
 
 from parity.candidates import SIGNATURES, CandidateLoadError, absolute_spec, split_spec
+from parity.contract import ContractError
 from parity.sandbox import Outcome, Sandbox
 from parity.target_inputs import (
     TARGETS, Effect, Fault, KernelBatch, compare_effect, contract_violations, involved_requests, kernel_batches,
@@ -95,6 +96,11 @@ def replay_batch(target: str, spec: str, batch_json: str, call_timeout: float = 
     from kernels import runtime
 
     batch = KernelBatch.from_dict(json.loads(batch_json))
+    problems = contract_violations(batch)
+    if problems:
+        # Checked before the candidate runs: e.g. two requests in one row race on the GPU, and a
+        # racy batch that happens to agree proves nothing.
+        raise ContractError(f"the batch breaks SPEC section 8, so no verdict on it: {'; '.join(problems)}")
     with Sandbox(call_timeout=call_timeout) as box:
         _load_or_raise(box, target, absolute_spec(spec))
         fault = judge(box.call(target, absolute_spec(spec), batch.to_json()), batch, runtime.DEVICE)

@@ -81,9 +81,12 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _worlds(backend: str) -> tuple[tuple[str, str], ...]:
+    from parity.runner import EXTRA_WORLDS  # after the device is chosen: it imports the kernels
+
     backends = ("torch", "triton") if backend == "all" else (backend,)
     reference = ("legacy", backends[0])
     others = [(v, b) for v in ("legacy", "refactored") for b in backends if (v, b) != reference]
+    others += [w for w in EXTRA_WORLDS if w[1] in backends]
     return (reference, *others)
 
 
@@ -131,7 +134,7 @@ def _write_json(path: str | None, payload: dict) -> None:
 
 
 def _repro_script(scenario) -> str:
-    return f'''"""Replays a kvparity counterexample in all four worlds (run from a kvparity checkout, or with
+    return f'''"""Replays a kvparity counterexample in every world (run from a kvparity checkout, or with
 kvparity installed): exit 1 and a report while the worlds disagree, 0 once they agree."""
 
 import sys

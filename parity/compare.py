@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 import torch
 
 from parity.snapshot import REQUEST_FIELDS, Snapshot
+from parity.world import family
 
 ALLOWED = {
     "prefix type": "legacy [] vs refactored empty int64 tensor; chunk cache int32 view vs int64 copy",
@@ -37,7 +38,8 @@ class Difference:
 
 
 def _version(world: str) -> str:
-    return world.split("/", 1)[0]
+    """The SGLang version (family) of a world named ``version/backend``."""
+    return family(world.split("/", 1)[0])
 
 
 def _table_cells(ref: torch.Tensor, got: torch.Tensor, excused: set[tuple[int, int]]) -> list[tuple[int, int, int, int]]:

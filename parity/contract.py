@@ -43,3 +43,79 @@ def batch_prefix_violations(reqs: list[Any], device: torch.device) -> list[str]:
     for i, req in enumerate(reqs):
         problems += prefix_violations(req.prefix_indices, i, req.rid, device)
     return problems
+
+
+class ContractError(ValueError):
+    """Inputs that break SPEC section 8; the message lists every violation."""
+
+
+def _vector_violations(name: str, t: Any, bs: int, device: torch.device) -> list[str]:
+    if not isinstance(t, torch.Tensor):
+        return [f"{name} is a {type(t).__name__}, not a tensor"]
+    problems = []
+    if t.dtype != torch.int64:
+        problems.append(f"{name} has dtype {t.dtype}, not torch.int64")
+    if t.dim() != 1 or t.numel() != bs:
+        problems.append(f"{name} has shape {tuple(t.shape)}, not ({bs},)")
+    if not same_device(t.device, device):
+        problems.append(f"{name} is on {t.device}, not on the pool's device {device}")
+    return problems
+
+
+def _shared_rows(rows: list[int]) -> list[str]:
+    owners: dict[int, list[int]] = {}
+    for i, row in enumerate(rows):
+        owners.setdefault(row, []).append(i)
+    return [
+        f"requests {', '.join(map(str, who))} share row {row}: their programs would race on it"
+        for row, who in owners.items() if len(who) > 1
+    ]
+
+
+def write_input_violations(
+    req_to_token: torch.Tensor,
+    req_pool_indices: torch.Tensor,
+    prefix_tensors: list[Any],
+    prefix_lens: torch.Tensor,
+    seq_lens: torch.Tensor,
+    extend_lens: torch.Tensor,
+    out_cache_loc: torch.Tensor,
+) -> list[str]:
+    """Why these arguments may not be handed to a write kernel (SPEC section 8), plus distinct rows:
+    two requests in one row are two programs writing one row at once, whose result depends on
+    scheduling. On the GPU such a batch can even *agree* between versions by luck, so it must be
+    refused before anything is compared. Empty when the inputs are valid. Reads lengths on the host."""
+    device = req_to_token.device
+    problems = []
+    if req_to_token.dtype != torch.int32 or req_to_token.dim() != 2 or not req_to_token.is_contiguous():
+        problems.append(f"req_to_token must be int32, 2-D, contiguous (got {req_to_token.dtype}, shape "
+                        f"{tuple(req_to_token.shape)}, contiguous={req_to_token.is_contiguous()})")
+    bs = len(prefix_tensors)
+    named = (("req_pool_indices", req_pool_indices), ("prefix_lens", prefix_lens), ("seq_lens", seq_lens),
+             ("extend_lens", extend_lens))
+    for name, t in named:
+        problems += _vector_violations(name, t, bs, device)
+    if problems:
+        return problems  # the per-request checks below need well-formed vectors
+    rows, pres, seqs, exts = (t.tolist() for _, t in named)
+    height, width = req_to_token.shape
+    problems += [f"request {i}: row {r} is outside [0, {height})" for i, r in enumerate(rows) if not 0 <= r < height]
+    problems += _shared_rows(rows)
+    for i, (prefix, pre, seq, ext) in enumerate(zip(prefix_tensors, pres, seqs, exts)):
+        problems += prefix_violations(prefix, i, f"#{i}", device)
+        if isinstance(prefix, torch.Tensor) and prefix.numel() != pre:
+            problems.append(f"request {i}: prefix has {prefix.numel()} elements but prefix_len is {pre}")
+        if not 0 <= pre <= seq <= width:
+            problems.append(f"request {i}: not 0 <= prefix_len {pre} <= seq_len {seq} <= row width {width}")
+        if ext != seq - pre:
+            problems.append(f"request {i}: extend_len {ext} != seq_len {seq} - prefix_len {pre}")
+    if out_cache_loc.numel() != sum(exts):
+        problems.append(f"out_cache_loc has {out_cache_loc.numel()} slots but extend_lens sum to {sum(exts)}")
+    return problems
+
+
+def check_write_inputs(*args: Any) -> None:
+    """Raise ``ContractError`` listing every violation ``write_input_violations`` finds."""
+    problems = write_input_violations(*args)
+    if problems:
+        raise ContractError("inputs break SPEC section 8:\n  " + "\n  ".join(problems))

@@ -5,10 +5,10 @@ behaviour itself, so a change that moves both at once (to ``legacy/``, to torch,
 still caught, and a reviewer sees in a pull request exactly which cells a change affects.
 
 A golden is recorded from legacy on torch (the reference), after every stage of its scenario, and
-only when all four worlds agree and every oracle holds: a file recorded from a broken state would
-bless the bug. Where the refactored version differs by design (``parity.compare.ALLOWED``), the
+only when all the worlds (``parity.runner.ALL_WORLDS``) agree and every oracle holds: a file
+recorded from a broken state would bless the bug. Where the refactored version differs by design (``parity.compare.ALLOWED``), the
 stage carries a ``refactored`` section with the reason and the fields that differ; every other
-field must be equal in all four worlds, dtypes included.
+field must be equal in all the worlds, dtypes included.
 
     python scripts/regen_golden.py [NAME...]        kvparity golden regen | check [NAME...]
 
@@ -35,7 +35,7 @@ from parity.golden_scenarios import GOLDENS, REACHES, WHY
 from parity.scenario import Scenario, scenario_from_dict, scenario_to_dict
 from parity.scheduler import Scheduler, StageRecord
 from parity.snapshot import Snapshot, take_snapshot
-from parity.world import build_world
+from parity.world import build_world, family
 
 FORMAT_VERSION = 1
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -286,7 +286,7 @@ def expected_stages(golden: dict, version: str) -> list[dict]:
     for stage in golden["stages"]:
         stage = json.loads(json.dumps(stage))  # a deep copy
         section = stage.pop("refactored", None)
-        if version == "refactored":
+        if family(version) == "refactored":
             for request in stage["requests"].values():
                 request["prefix"]["kind"] = REFACTORED_PREFIX_KIND
             if section is not None:
@@ -309,7 +309,7 @@ def _merge(base: Any, overrides: Any) -> Any:
 
 # ---- recording a golden --------------------------------------------------------------------------
 def record(name: str) -> dict:
-    """Record golden ``name`` from legacy on torch. Refuses (GoldenError) when the four worlds
+    """Record golden ``name`` from legacy on torch. Refuses (GoldenError) when the worlds
     disagree, an oracle fails or the scenario no longer reaches what the golden documents."""
     _check_name(name)
     scenario = GOLDENS[name]

@@ -7,7 +7,7 @@ from parity.scenario import Decode, Evict, Extend, Finish, RequestSpec, Retract,
 from parity.world import Geometry
 
 # (name, why it is pinned, scenario classes it must reach, scenario). Small geometries: the whole
-# golden test replays each of these in four worlds, on the Triton interpreter too.
+# golden test replays each of these in every world, on the Triton interpreter too.
 _P = Geometry(pool_rows=3, max_context_len=24, kv_slots=64, page_size=1)
 _TABLE: tuple[tuple[str, str, tuple[str, ...], Scenario], ...] = (
     (

@@ -41,7 +41,8 @@ def tally(entries: list[dict]) -> tuple[Counter, Counter]:
 def summary_lines(entries: list[dict], required: tuple[str, ...]) -> list[str]:
     per_world, per_class = tally(entries)
     lines = [f"kvparity scenarios: {len(entries)} played"]
-    lines += [f"  {world:<20} {count} scenarios" for world, count in sorted(per_world.items())]
+    width = max((len(w) for w in per_world), default=0)
+    lines += [f"  {world:<{width}} {count:>6} scenarios" for world, count in sorted(per_world.items())]
     missing = [c for c in required if not per_class[c]]
     lines.append(f"  scenario classes reached: {sum(1 for c in required if per_class[c])}/{len(required)}")
     lines += [f"  NOT REACHED: {c}" for c in missing]

@@ -1,4 +1,4 @@
-"""Replay one scenario (JSON, as printed in a failure report) in all four worlds.
+"""Replay one scenario (JSON, as printed in a failure report) in every world (parity.runner.ALL_WORLDS).
 
     python -m parity.replay '<scenario json>'      or      python -m parity.replay path/to/file.json
 

@@ -14,7 +14,11 @@ from parity.scheduler import Scheduler, StageRecord
 from parity.snapshot import Snapshot, take_snapshot
 from parity.world import VERSIONS, build_world
 
-ALL_WORLDS: tuple[tuple[str, str], ...] = tuple((v, b) for v in VERSIONS for b in ("torch", "triton"))
+SGLANG_WORLDS: tuple[tuple[str, str], ...] = tuple((v, b) for v in VERSIONS for b in ("torch", "triton"))
+# Plus the extra world: the refactored path on the linear-time write kernel (Triton only: on torch
+# it is the refactored torch twin, already a world).
+EXTRA_WORLDS: tuple[tuple[str, str], ...] = (("refactored-linear", "triton"),)
+ALL_WORLDS: tuple[tuple[str, str], ...] = SGLANG_WORLDS + EXTRA_WORLDS
 
 
 @dataclass

@@ -215,7 +215,7 @@ class Scheduler:
         free_rows_before = list(self.pool.free_slots)
         prefixes = tuple(tuple(int(v) for v in _values(r.prefix_indices)) for r in reqs)
         violations = ()
-        if self.world.version == "refactored":
+        if self.world.family == "refactored":
             violations = tuple(batch_prefix_violations(reqs, self.pool.device))
         schedule_batch = self.world.batch(reqs)
         record = StageRecord(

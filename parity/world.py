@@ -14,7 +14,10 @@ from mem_cache.memory_pool import ReqToTokenPool
 from mem_cache.radix_cache import RadixCache
 from parity.poison import POISON
 
-VERSIONS = ("legacy", "refactored")
+VERSIONS = ("legacy", "refactored")  # SGLang's two versions
+# Versions that are not SGLang's, each the family it belongs to: the refactored path with the
+# linear-time write kernel (``kernels/linear_write.py``), checked as an extra world.
+EXTRA_VERSIONS = {"refactored-linear": "refactored"}
 CACHE_KINDS = ("radix", "chunk", "none")
 
 
@@ -27,6 +30,15 @@ class Geometry:
     need_sort: bool = False
 
 
+def family(version: str) -> str:
+    """The SGLang version a world's version behaves as (what comparisons and goldens key on)."""
+    if version in VERSIONS:
+        return version
+    if version in EXTRA_VERSIONS:
+        return EXTRA_VERSIONS[version]
+    raise ValueError(f"version={version!r}: expected one of {VERSIONS + tuple(EXTRA_VERSIONS)}")
+
+
 def _version_module(version: str) -> Any:
     if version == "legacy":
         import legacy
@@ -36,7 +48,11 @@ def _version_module(version: str) -> Any:
         import refactored
 
         return refactored
-    raise ValueError(f"version={version!r}: expected one of {VERSIONS}")
+    if version == "refactored-linear":
+        from parity import linear_version
+
+        return linear_version
+    raise ValueError(f"version={version!r}: expected one of {VERSIONS + tuple(EXTRA_VERSIONS)}")
 
 
 def _allocator(geometry: Geometry, device: torch.device, backend: str) -> TokenToKVPoolAllocator:
@@ -55,6 +71,10 @@ class World:
     allocator: TokenToKVPoolAllocator
     tree_cache: Any
     module: Any
+
+    @property
+    def family(self) -> str:
+        return family(self.version)
 
     @property
     def name(self) -> str:

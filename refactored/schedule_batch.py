@@ -54,6 +54,11 @@ def last_loc_from_prefixes(prefix_tensors: Sequence[torch.Tensor], device: torch
 
 
 class ScheduleBatch(ScheduleBatchBase):
+    # A class attribute, so a variant with the same signature can be swapped in (kvparity's
+    # extra world ``refactored-linear`` does, with the linear-time kernel); SGLang calls the
+    # module function directly.
+    write_cache_indices = staticmethod(write_cache_indices)
+
     def prepare_for_extend(self) -> None:
         self._check_requests()
         # 1. Per-request lists and tensors.
@@ -66,7 +71,7 @@ class ScheduleBatch(ScheduleBatchBase):
         last_loc = last_loc_from_prefixes(prefix_tensors, self.device) if self.page_size > 1 else None
         out_cache_loc = self._alloc_extend_slots(lens, last_loc)
         # 4. Prefix and new slots of every row in one step.
-        write_cache_indices(
+        self.write_cache_indices(
             out_cache_loc,
             req_pool_indices,
             torch.tensor(rows, dtype=torch.int64),

@@ -3,7 +3,7 @@
     python scripts/regen_golden.py [NAME...] [--directory DIR]
     python scripts/regen_golden.py --check [NAME...]       compare only, write nothing
 
-The same as ``kvparity golden regen`` / ``kvparity golden check``. A golden the four worlds
+The same as ``kvparity golden regen`` / ``kvparity golden check``. A golden the worlds
 disagree on is refused, not written.
 """
 

@@ -1,4 +1,4 @@
-"""Golden files: every golden replays in all four worlds with exact equality, dtypes included, and
+"""Golden files: every golden replays in every world with exact equality, dtypes included, and
 a missing, corrupt, outdated or edited file fails with a message naming the file, the first
 difference and the command that regenerates it. Regeneration is deterministic and refuses to
 record a golden the worlds disagree on; ``check`` writes nothing."""
@@ -119,7 +119,7 @@ def test_an_edited_override_fails_the_refactored_worlds_only(tmp_path: Path) -> 
 
 def test_a_change_that_moves_both_versions_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
     """What goldens are for: request rows handed out last-first changes legacy and refactored alike,
-    so the four worlds still agree, and only the golden sees it."""
+    so the worlds still agree, and only the golden sees it."""
 
     def last_first(self: ReqToTokenPool, need_size: int) -> list[int] | None:
         if need_size > len(self.free_slots):
@@ -130,7 +130,7 @@ def test_a_change_that_moves_both_versions_is_caught(monkeypatch: pytest.MonkeyP
 
     monkeypatch.setattr(ReqToTokenPool, "alloc", last_first)
     scenario = golden.GOLDENS["empty-prefixes"]
-    assert run_scenario(scenario).ok, "the four worlds should agree on the changed behaviour"
+    assert run_scenario(scenario).ok, "the worlds should agree on the changed behaviour"
     problems = golden.replay_in_world("empty-prefixes", "legacy", "torch")
     assert problems and "batch_rows" in problems[0], problems[:3]
 

@@ -159,7 +159,7 @@ def _with_examples(test):
 
 
 @pytest.mark.parametrize("template", TEMPLATES, ids=[t.name.replace(" ", "-") for t in TEMPLATES])
-def test_four_worlds_agree(template, request):
+def test_all_worlds_agree(template, request):
     """Drawn scenarios of one template (plus the permanent examples, on the first template)."""
 
     @given(scenario=scenarios(templates=(template,)))

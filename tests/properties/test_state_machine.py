@@ -1,4 +1,4 @@
-"""The scheduler loop (SPEC section 6) as a Hypothesis state machine, played on all four worlds in
+"""The scheduler loop (SPEC section 6) as a Hypothesis state machine, played on every world in
 lockstep.
 
 ``test_parity.py`` draws a whole scenario up front and then plays it. Here Hypothesis chooses

@@ -62,11 +62,12 @@ def check(target: str, spec: str, sandbox: Sandbox, examples: int = EXAMPLES):
     "target, spec",
     [
         ("write_cache_indices", EXAMPLE),
+        ("write_cache_indices", "kernels.linear_write:write_cache_indices"),
         ("write_cache_indices", fixture("wci_torch_faithful")),
         ("get_last_loc", fixture("gll_faithful", "get_last_loc")),
         ("alloc_extend", fixture("ae_faithful", "alloc_extend_kernel")),
     ],
-    ids=["offset_write example", "torch write (prints)", "get_last_loc kernel", "alloc_extend kernel"],
+    ids=["offset_write example", "linear-time kernel", "torch write (prints)", "get_last_loc kernel", "alloc_extend kernel"],
 )
 def test_faithful_candidates_get_parity(target, spec, sandbox):
     result = check(target, spec, sandbox)
