@@ -2,14 +2,14 @@
 
 ``ci``: derandomized, no deadline, bounded. ``dev``: random, small. ``nightly``: random (its seed
 printed by whoever runs it), thousands of examples, larger shapes. ``mutation``: derandomized, no
-example database (a mutant must not replay another mutant's failures).
+example database (a mutant must not replay another mutant's failures), no shrinking.
 """
 
 from __future__ import annotations
 
 import os
 
-from hypothesis import HealthCheck, settings
+from hypothesis import HealthCheck, Phase, settings
 
 PROFILES = ("ci", "dev", "nightly", "mutation")
 _QUIET = [HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.filter_too_much]
@@ -18,8 +18,9 @@ settings.register_profile("ci", derandomize=True, deadline=None, max_examples=10
                           suppress_health_check=_QUIET, print_blob=True)
 settings.register_profile("dev", deadline=None, max_examples=20, suppress_health_check=_QUIET, print_blob=True)
 settings.register_profile("nightly", deadline=None, max_examples=2000, suppress_health_check=_QUIET, print_blob=True)
+# No shrinking: a killed mutant needs no minimal counterexample, and shrinking can cost a minute.
 settings.register_profile("mutation", derandomize=True, deadline=None, max_examples=60, database=None,
-                          suppress_health_check=_QUIET)
+                          phases=(Phase.explicit, Phase.generate), suppress_health_check=_QUIET)
 
 
 def chosen_profile() -> str:

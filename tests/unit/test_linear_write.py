@@ -126,3 +126,51 @@ def test_tile_covers_the_longest_row(longest, tile):
     reqs, cols, chunk = linear_tile(longest)
     assert (reqs, cols, chunk) == tile
     assert cols >= min(longest, 1024) or chunk == 1024
+
+
+def test_tile_sizes_are_integers():
+    """Triton takes REQS, COLS and CHUNK as constexprs for tl.arange and the grid: a float (e.g.
+    ``2048 / 1024 == 2.0``) is accepted by the interpreter but not by the compiler, so the tile
+    must be ints of exactly the values above."""
+    from kernels.linear_write import linear_tile
+
+    for longest in (0, 1, 15, 16, 17, 100, 129, 300, 602, 1024, 1025, 5000):
+        assert all(type(v) is int for v in linear_tile(longest)), (longest, linear_tile(longest))
+
+
+def test_pointers_and_starts_for_a_batch_of_300(device):
+    """More requests than CPython's small-int cache (256): the length check compares values."""
+    prefixes = [torch.empty((0,), dtype=torch.int64, device=device)] * 300
+    table = pointers_and_starts(prefixes, torch.ones(300, dtype=torch.int64), device)
+    assert table[300:].tolist() == list(range(300))
+
+
+def test_pointers_and_starts_rejects_more_lengths_than_prefixes(device):
+    prefixes = [torch.empty((0,), dtype=torch.int64, device=device)] * 3
+    with pytest.raises(ValueError, match="extend_lens_cpu has 4 entries but there are 3 prefix tensors"):
+        pointers_and_starts(prefixes, torch.tensor([1, 2, 3, 4]), device)
+
+
+def test_every_parameter_can_be_passed_by_name(device, backend):
+    """SGLang's names (SPEC 9) for ``write_cache_indices``, the entry point's own names for
+    ``write_prefix_and_extend_slots_linear``; ``backend`` keyword-only in both."""
+    case = WRITE_CASES[0]
+    cpu = torch.device("cpu")
+    pool = ReqToTokenPool(case.rows, case.cols, device)
+    pool.req_to_token.copy_(case.poisoned_table(device))
+    write_cache_indices(
+        out_cache_loc=case.out_cache_loc(device), req_pool_indices_tensor=case.req_pool_indices(device),
+        req_pool_indices_cpu=case.req_pool_indices(cpu), prefix_lens_tensor=case.prefix_lens(device),
+        prefix_lens_cpu=case.prefix_lens(cpu), seq_lens_tensor=case.seq_lens(device), seq_lens_cpu=case.seq_lens(cpu),
+        extend_lens_tensor=case.extend_lens(device), extend_lens_cpu=case.extend_lens(cpu),
+        prefix_tensors=case.prefix_tensors(device), req_to_token_pool=pool, backend=backend,
+    )
+    assert_tensor_equal(pool.req_to_token, case.expected_table(device, with_prefix=True))
+    table = case.poisoned_table(device)
+    write_prefix_and_extend_slots_linear(
+        req_to_token=table, req_pool_indices=case.req_pool_indices(device), prefix_tensors=case.prefix_tensors(device),
+        prefix_lens=case.prefix_lens(device), seq_lens=case.seq_lens(device), extend_lens=case.extend_lens(device),
+        extend_lens_cpu=case.extend_lens(cpu), out_cache_loc=case.out_cache_loc(device), backend=backend,
+        seq_lens_cpu=case.seq_lens(cpu),
+    )
+    assert_tensor_equal(table, case.expected_table(device, with_prefix=True))

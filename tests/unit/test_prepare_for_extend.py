@@ -199,6 +199,26 @@ def test_chunk_cache_page4_unaligned_chunks(version, backend):
     assert world.allocator.free_pages.tolist() == list(range(5, 17))
 
 
+@pytest.mark.parametrize("version,backend", WORLDS)
+def test_chunk_cache_page2_unaligned_chunks(version, backend):
+    """Page size 2, the smallest paged size: last_loc is still needed (and taken) at every round."""
+    geometry = Geometry(pool_rows=4, max_context_len=12, kv_slots=32, page_size=2)
+    world = build_world(version, backend, geometry, "chunk")
+    batches, r0, _ = run_chunked(world, chunk=3)
+    # page p holds slots 2p, 2p+1; free pages 1..16
+    # round 1: r0 pre 0 seq 3: pages 1,2 -> 2,3,4
+    # round 2: r0 pre 3 seq 6 last_loc 4: rest of page 2 -> 5, then page 3 -> 6,7
+    #          r1 pre 0 seq 3: pages 4,5 -> 8,9,10
+    # round 3: r0 pre 6 seq 9 last_loc 7 (page 3 full): pages 6,7 -> 12,13,14
+    # round 4: r0 pre 9 seq 10 last_loc 14: fits in page 7 -> 15
+    assert [b.out_cache_loc.tolist() for b in batches] == [[2, 3, 4], [5, 6, 7, 8, 9, 10], [12, 13, 14], [15]]
+    assert [b.last_loc.tolist() for b in batches] == [[-1], [4, -1], [7], [14]]
+    full = [2, 3, 4, 5, 6, 7, 12, 13, 14, 15]
+    expected = table(geometry, {0: full, 1: full[:6], 2: [8, 9, 10], 3: full[:9]})
+    assert_exact(world.req_to_token_pool.req_to_token, expected, "req_to_token")
+    assert world.allocator.free_pages.tolist() == list(range(8, 17))
+
+
 # ---- the four worlds agree on everything SPEC section 7 lists -----------------------------------
 def final_state(world: World) -> dict:
     return {
