@@ -79,8 +79,9 @@ def test_legacy_write_kernel_writes_exactly_the_extend_cells(batch):
         assert_tensor_equal(table, expected)
 
 
-@given(batch=write_batches())
-def test_refactored_write_kernel_writes_prefix_and_extend_cells(batch):
+def check_prefix_and_extend_write(batch, write) -> None:
+    """``write(table, rows, prefixes, prefix_lens, seq_lens, extend_lens, exts, out, backend)``
+    leaves each row its prefix then its new slots, on both backends, POISON everywhere else."""
     rows, pres, exts, cols, n_rows = batch
     prefixes, extends, out_cache_loc = _write_inputs(rows, pres, exts)
     # The refactored default for an empty prefix (data_ptr() 0: it must never be read).
@@ -88,10 +89,16 @@ def test_refactored_write_kernel_writes_prefix_and_extend_cells(batch):
     expected = _expected(n_rows, cols, rows, prefixes, extends, with_prefix=True)
     for backend in BACKENDS:
         table = torch.full((n_rows, cols), POISON, dtype=torch.int32, device=DEVICE)
-        write_prefix_and_extend_slots(table, i64(rows), prefixes, i64(pres),
-                                      i64([p + e for p, e in zip(pres, exts)]), i64(exts), out_cache_loc,
-                                      backend=backend)
+        write(table, i64(rows), prefixes, i64(pres), i64([p + e for p, e in zip(pres, exts)]), i64(exts), exts,
+              out_cache_loc, backend)
         assert_tensor_equal(table, expected)
+
+
+@given(batch=write_batches())
+def test_refactored_write_kernel_writes_prefix_and_extend_cells(batch):
+    check_prefix_and_extend_write(
+        batch, lambda table, rows, prefixes, pre, seq, ext, _, out, backend: write_prefix_and_extend_slots(
+            table, rows, prefixes, pre, seq, ext, out, backend=backend))
 
 
 @st.composite
@@ -108,16 +115,9 @@ def linear_batches(draw):
 
 @given(batch=linear_batches())
 def test_linear_write_kernel_writes_prefix_and_extend_cells(batch):
-    rows, pres, exts, cols, n_rows = batch
-    prefixes, extends, out_cache_loc = _write_inputs(rows, pres, exts)
-    prefixes = [p if p.numel() else torch.empty((0,), dtype=torch.int64, device=DEVICE) for p in prefixes]
-    expected = _expected(n_rows, cols, rows, prefixes, extends, with_prefix=True)
-    for backend in BACKENDS:
-        table = torch.full((n_rows, cols), POISON, dtype=torch.int32, device=DEVICE)
-        write_prefix_and_extend_slots_linear(table, i64(rows), prefixes, i64(pres),
-                                             i64([p + e for p, e in zip(pres, exts)]), i64(exts),
-                                             torch.tensor(exts, dtype=torch.int64), out_cache_loc, backend=backend)
-        assert_tensor_equal(table, expected)
+    check_prefix_and_extend_write(
+        batch, lambda table, rows, prefixes, pre, seq, ext, exts, out, backend: write_prefix_and_extend_slots_linear(
+            table, rows, prefixes, pre, seq, ext, torch.tensor(exts, dtype=torch.int64), out, backend=backend))
 
 
 # ---- get_last_loc -------------------------------------------------------------------------------------
