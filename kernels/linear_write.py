@@ -6,7 +6,8 @@ batch of ``bs`` requests does ``bs * (bs - 1) / 2`` loads before writing anythin
 requests on an H200, 1.1 ms at 8,192. Here the exclusive prefix sum of ``extend_lens`` is computed
 once on the host, from ``extend_lens_cpu``, which SGLang's ``write_cache_indices`` already receives,
 and travels to the device in the same copy as the prefix pointer table (one ``int64`` tensor of
-``2 * bs``: pointers, then starts). Each program then does O(its own tokens) work.
+``2 * bs``: pointers, then starts). No program loops over other requests, so the work grows with
+the batch's cells (at most ``bs`` times its longest row), not with the square of ``bs``.
 
 Same effect as the refactored write (SPEC section 5): row ``i`` gets its prefix in columns
 ``[0, prefix_len)``, read through a raw ``int64`` pointer, and its share of ``out_cache_loc`` in

@@ -3,6 +3,7 @@ allocator and cache. The harness plays the same scenario in several worlds and c
 
 from __future__ import annotations
 
+import importlib
 from dataclasses import dataclass
 from typing import Any
 
@@ -39,20 +40,13 @@ def family(version: str) -> str:
     raise ValueError(f"version={version!r}: expected one of {VERSIONS + tuple(EXTRA_VERSIONS)}")
 
 
+# Imported on first use: a world of one version does not import the others.
+_MODULES = {"legacy": "legacy", "refactored": "refactored", "refactored-linear": "parity.linear_version"}
+
+
 def _version_module(version: str) -> Any:
-    if version == "legacy":
-        import legacy
-
-        return legacy
-    if version == "refactored":
-        import refactored
-
-        return refactored
-    if version == "refactored-linear":
-        from parity import linear_version
-
-        return linear_version
-    raise ValueError(f"version={version!r}: expected one of {VERSIONS + tuple(EXTRA_VERSIONS)}")
+    family(version)  # names the known versions when ``version`` is not one
+    return importlib.import_module(_MODULES[version])
 
 
 def _allocator(geometry: Geometry, device: torch.device, backend: str) -> TokenToKVPoolAllocator:
