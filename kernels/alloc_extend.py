@@ -21,7 +21,7 @@ from kernels.launches import launch
 
 @triton.jit
 def alloc_extend_kernel(
-    prefix_lens_ptr,
+    pre_lens_ptr,
     seq_lens_ptr,
     last_loc_ptr,
     free_page_ptr,
@@ -36,12 +36,12 @@ def alloc_extend_kernel(
     upto = tl.arange(0, bs_upper)
     upto_mask = upto <= pid
     seqs = tl.load(seq_lens_ptr + upto, mask=upto_mask, other=0)
-    pres = tl.load(prefix_lens_ptr + upto, mask=upto_mask, other=0)
+    pres = tl.load(pre_lens_ptr + upto, mask=upto_mask, other=0)
     pages_through_me = tl.sum((seqs + page_size - 1) // page_size - (pres + page_size - 1) // page_size)
     tokens_through_me = tl.sum(seqs - pres)
 
     seq = tl.load(seq_lens_ptr + pid)
-    pre = tl.load(prefix_lens_ptr + pid)
+    pre = tl.load(pre_lens_ptr + pid)
     my_pages = (seq + page_size - 1) // page_size - (pre + page_size - 1) // page_size
     first_page = pages_through_me - my_pages
     out_start = tokens_through_me - (seq - pre)
@@ -66,6 +66,11 @@ def alloc_extend_kernel(
     n2_pos = tl.maximum(n2, 0)
     last_page = tl.load(free_page_ptr + first_page + my_pages - 1, mask=n3 > 0, other=0)
     tl.store(out_indices + out_start + n1 + n2_pos + in_page, last_page * page_size + in_page, mask=in_page < n3)
+
+
+def next_power_of_2(n: int) -> int:
+    """The smallest power of two ``>= n`` (1 for ``n <= 1``), as SGLang sizes its tiles."""
+    return 1 if n <= 1 else 1 << (n - 1).bit_length()
 
 
 def new_pages_needed(prefix_lens_cpu: torch.Tensor, seq_lens_cpu: torch.Tensor, page_size: int) -> int:
@@ -106,10 +111,13 @@ def alloc_extend(
     *,
     backend: str,
     out: torch.Tensor | None = None,
+    max_num_extend_tokens: int | None = None,
 ) -> torch.Tensor:
     """New slots of the batch, ``int64``, length ``extend_num_tokens``. Does not change
     ``free_pages``; the caller checks there are enough pages and removes the used ones.
-    ``out`` may be given pre-poisoned so that a cell the kernel forgets shows."""
+    ``out`` may be given pre-poisoned so that a cell the kernel forgets shows.
+    ``max_num_extend_tokens`` is the kernel's tile (a power of two ``>= extend_num_tokens``; the
+    allocator passes its running maximum, as SGLang does); by default the batch's own."""
     runtime.check_backend(backend)
     if out is None:
         out = torch.empty(extend_num_tokens, dtype=torch.int64, device=prefix_lens.device)
@@ -121,16 +129,9 @@ def alloc_extend(
     if backend == "torch":
         _alloc_extend_torch(prefix_lens, seq_lens, last_loc, free_pages, page_size, out)
         return out
-    launch(
-        alloc_extend_kernel,
-        (bs,),
-        prefix_lens,
-        seq_lens,
-        last_loc,
-        free_pages,
-        out,
-        bs_upper=triton.next_power_of_2(bs),
-        page_size=page_size,
-        max_num_extend_tokens=triton.next_power_of_2(max(extend_num_tokens, 1)),
-    )
+    tile = next_power_of_2(extend_num_tokens) if max_num_extend_tokens is None else max_num_extend_tokens
+    if tile < extend_num_tokens or tile & (tile - 1):
+        raise ValueError(f"alloc_extend: max_num_extend_tokens={tile} must be a power of two >= {extend_num_tokens}")
+    # Positionally, as SGLang launches it (a plug-in candidate may name its parameters differently).
+    launch(alloc_extend_kernel, (bs,), prefix_lens, seq_lens, last_loc, free_pages, out, next_power_of_2(bs), page_size, tile)
     return out

@@ -1,9 +1,12 @@
 """KV-slot allocators: page size 1 and paged (SPEC section 1).
 
 Both keep ``free_pages`` (``int64``) and, while a sort is pending (``need_sort``), a
-``release_pages`` list that freed pages go to; they are merged and sorted only when an allocation
-would otherwise fall short. The paged allocator's ``alloc_extend`` runs the kernel of
-``kernels.alloc_extend`` on the backend given to the constructor.
+``release_pages`` list that freed pages go to. When they are merged and sorted depends on the call,
+as in SGLang: ``alloc`` merges when it would otherwise fall short; the paged ``alloc_extend`` merges
+when ``extend_num_tokens // page_size + bs + 1 > len(free_pages)`` (a cheap upper bound, whatever
+the real need) and ``alloc_decode`` when ``bs > len(free_pages)``. A merge stays done even when the
+call then fails. The paged allocator's ``alloc_extend`` runs the kernel of ``kernels.alloc_extend``
+on the backend given to the constructor.
 """
 
 from __future__ import annotations
@@ -12,7 +15,7 @@ import torch
 
 from kernels import runtime
 from kernels.alloc_extend import alloc_extend as alloc_extend_slots
-from kernels.alloc_extend import new_pages_needed
+from kernels.alloc_extend import new_pages_needed, next_power_of_2
 
 
 class TokenToKVPoolAllocator:
@@ -34,6 +37,7 @@ class TokenToKVPoolAllocator:
         self.release_pages = torch.empty((0,), dtype=torch.int64, device=self.device)
         self.is_not_in_free_group = True
         self.free_group: list[torch.Tensor] = []
+        self.num_merges = 0
 
     def available_size(self) -> int:
         return (len(self.free_pages) + len(self.release_pages)) * self.page_size
@@ -46,14 +50,20 @@ class TokenToKVPoolAllocator:
 
     def merge_and_sort_free(self) -> None:
         if len(self.release_pages) > 0:
+            self.num_merges += 1  # a statistic for the harness's scenario classes
             merged = torch.cat((self.free_pages, self.release_pages))
             self.free_pages = torch.sort(merged).values
             self.release_pages = torch.empty((0,), dtype=torch.int64, device=self.device)
 
-    def _ensure_pages(self, num_pages: int) -> bool:
-        """Merge a pending sort if needed; True when ``num_pages`` pages can be taken."""
-        if self.need_sort and num_pages > len(self.free_pages):
+    def _merge_if(self, short: bool) -> None:
+        """Merge a pending sort when ``short`` (each call has its own rule for "short")."""
+        if self.need_sort and short:
             self.merge_and_sort_free()
+
+    def _ensure_pages(self, num_pages: int) -> bool:
+        """``alloc``'s rule: merge when the free list alone is short; True when ``num_pages`` pages
+        can be taken."""
+        self._merge_if(num_pages > len(self.free_pages))
         return num_pages <= len(self.free_pages)
 
     def _take_pages(self, num_pages: int) -> torch.Tensor:
@@ -109,6 +119,9 @@ class PagedTokenToKVPoolAllocator(TokenToKVPoolAllocator):
         if page_size < 1 or page_size & (page_size - 1):
             raise ValueError(f"PagedTokenToKVPoolAllocator: page_size={page_size} must be a power of two")
         self.page_size = page_size
+        # SGLang's running maximum of next_power_of_2(extend_num_tokens): the kernel's tile size,
+        # so a batch is compiled for the largest extend seen so far, not for its own.
+        self.seen_max_num_extend_tokens_next_power_of_2 = 1
         super().__init__(size, device, need_sort=need_sort, backend=backend)
 
     def _slots_of(self, pages: torch.Tensor) -> torch.Tensor:
@@ -133,24 +146,42 @@ class PagedTokenToKVPoolAllocator(TokenToKVPoolAllocator):
         extend_num_tokens: int,
     ) -> torch.Tensor | None:
         """Slots of positions ``prefix_len .. seq_len-1`` of every request (SPEC section 1), or
-        ``None`` (with ``free_pages`` unchanged) when there are not enough free pages."""
+        ``None`` (with ``free_pages`` unchanged, a merge kept) when there are not enough free pages.
+
+        SGLang launches its kernel before checking; here the check comes first (the kernel would
+        read past ``free_pages``), which returns the same thing and consumes the same pages."""
+        self.seen_max_num_extend_tokens_next_power_of_2 = max(
+            self.seen_max_num_extend_tokens_next_power_of_2, next_power_of_2(extend_num_tokens)
+        )
+        bs = len(prefix_lens_cpu)
+        self._merge_if(extend_num_tokens // self.page_size + bs + 1 > len(self.free_pages))
         num_new_pages = new_pages_needed(prefix_lens_cpu, seq_lens_cpu, self.page_size)
-        if not self._ensure_pages(num_new_pages):
+        if num_new_pages > len(self.free_pages):
             return None
         out = alloc_extend_slots(
-            prefix_lens, seq_lens, last_loc, self.free_pages, self.page_size, extend_num_tokens, backend=self.backend
+            prefix_lens,
+            seq_lens,
+            last_loc,
+            self.free_pages,
+            self.page_size,
+            extend_num_tokens,
+            backend=self.backend,
+            max_num_extend_tokens=self.seen_max_num_extend_tokens_next_power_of_2,
         )
         self._take_pages(num_new_pages)
         return out
 
-    def alloc_decode(self, seq_lens: torch.Tensor, last_loc: torch.Tensor) -> torch.Tensor | None:
+    def alloc_decode(
+        self, seq_lens: torch.Tensor, seq_lens_cpu: torch.Tensor, last_loc: torch.Tensor
+    ) -> torch.Tensor | None:
         """One slot per request for position ``seq_len - 1`` (``seq_lens`` are the NEW lengths):
         ``last_loc + 1`` inside the current page, else the first slot of a new page, pages taken in
-        request order. Torch only: the refactor did not touch decode."""
-        seq_cpu = seq_lens.cpu()
-        starts_page = (seq_cpu - 1) % self.page_size == 0
+        request order. A pending sort is merged when ``bs > len(free_pages)``, whatever the need.
+        Torch only: the refactor did not touch decode."""
+        self._merge_if(len(seq_lens_cpu) > len(self.free_pages))
+        starts_page = (seq_lens_cpu - 1) % self.page_size == 0
         num_new_pages = int(starts_page.sum().item())
-        if not self._ensure_pages(num_new_pages):
+        if num_new_pages > len(self.free_pages):
             return None
         pages = self._take_pages(num_new_pages)
         out = (last_loc.to(torch.int64) + 1).clone()

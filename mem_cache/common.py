@@ -75,7 +75,8 @@ def alloc_for_decode(
     else:
         last_loc = req_to_token_pool.req_to_token[req_pool_indices, seq_lens - 1].to(torch.int64)
         evict_from_tree_cache(tree_cache, allocator, bs * allocator.page_size)
-        out = allocator.alloc_decode(seq_lens + 1, last_loc)
+        new_lens = seq_lens + 1
+        out = allocator.alloc_decode(new_lens, new_lens.cpu(), last_loc)
         if out is None:
             raise _out_of_memory("alloc_for_decode", bs, allocator, tree_cache)
     req_to_token_pool.write((req_pool_indices, seq_lens), out)

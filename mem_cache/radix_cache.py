@@ -134,7 +134,8 @@ class RadixCache:
         self.root_node.lock_ref = 1
         self.evictable_size_ = 0
         self.protected_size_ = 0
-        self.num_splits = 0  # a statistic for the harness's scenario classes
+        self.num_splits = 0  # statistics for the harness's scenario classes
+        self.num_evicted = 0
 
     def _empty(self) -> torch.Tensor:
         return torch.empty((0,), dtype=torch.int64, device=self.device)
@@ -297,11 +298,21 @@ class RadixCache:
         self.req_to_token_pool.free(req.req_pool_idx)
         self.dec_lock_ref(self._last_node(req))
 
-    def cache_unfinished_req(self, req: Any) -> None:
-        """After a chunk: cache the computed tokens and point the request at the tree's slots.
+    def cache_unfinished_req(self, req: Any, chunked: bool = False) -> None:
+        """After a chunk, and after every completed prompt of a request that keeps running (SPEC 1
+        and 6): cache the computed tokens and point the request at the tree's slots.
 
-        The row is NOT freed here (the scheduler does that). ``req.prefix_indices`` becomes a new
-        int64 tensor so that it cannot alias ``req_to_token``, whose row will be freed and reused.
+        1. insert the page-aligned part; the request's own slots for tokens the tree already held
+           (beyond its old prefix) are duplicates and are freed (whole pages when paged);
+        2. re-match, and write the tree's slots into row columns ``[old, aligned)``. Columns before
+           ``old`` are NOT rewritten, as in SGLang: when step 1 freed a page under them (an
+           unaligned old prefix whose page turned out to be a duplicate), the row keeps slots of a
+           freed page. Harmless when the row is freed next (a chunked request); stale for a
+           request that keeps running. kvparity reports that as a known upstream defect;
+        3. ``last_matched_prefix_len`` becomes the aligned length; the lock moves to the new node;
+        4. ``prefix_indices`` becomes a NEW int64 tensor: the tree's slots, then (paged) the
+           unaligned tail, which the request still owns.
+        The row is NOT freed here (the scheduler does that for a chunked request).
         """
         token_ids = list(req.fill_ids)
         kv = self._row_slots(req, len(token_ids))
@@ -315,6 +326,7 @@ class RadixCache:
         self.req_to_token_pool.write(
             (req.req_pool_idx, slice(old_prefix_len, len(new_indices))), new_indices[old_prefix_len:]
         )
+        req.last_matched_prefix_len = len(new_indices)
         self.dec_lock_ref(self._last_node(req))
         self.inc_lock_ref(new_last_node)
         if self.page_size > 1:
@@ -384,6 +396,7 @@ class RadixCache:
             _, _, node = heapq.heappop(heap)
             self.token_to_kv_pool_allocator.free(node.value)
             freed += len(node.value)
+            self.num_evicted += len(node.value)
             parent = node.parent
             self._delete_leaf(node)
             # A parent whose last child just went is now a leaf like any other.

@@ -10,7 +10,17 @@ from typing import Any, Sequence
 import torch
 
 from kernels import runtime
-from mem_cache.common import alloc_for_decode, alloc_paged_token_slots_extend, alloc_token_slots
+from mem_cache.chunk_cache import ChunkCacheBase
+from mem_cache.common import (
+    alloc_for_decode,
+    alloc_paged_token_slots_extend,
+    alloc_token_slots,
+    evict_from_tree_cache,
+)
+
+# SGLang's global_config.retract_decode_steps: after a retract, the tree evicts enough for the
+# remaining requests to decode this many more steps.
+RETRACT_DECODE_STEPS = 20
 
 
 @dataclass
@@ -148,6 +158,41 @@ class ScheduleBatchBase:
         self.input_ids = _int64([t for ids in lens.input_ids for t in ids], self.device)
         self.out_cache_loc = out_cache_loc
         self.extend_logprob_start_lens = [r.extend_logprob_start_len for r in self.reqs]
+
+    # ---- decode memory and retraction (SPEC section 6) ------------------------------------------
+    def new_page_count_next_decode(self, selected_indices: list[int] | None = None) -> int:
+        """Pages the next decode step needs: one per request whose slotted length (``seqlen - 1``)
+        is a multiple of the page size; with page size 1, one slot per request."""
+        reqs = self.reqs if selected_indices is None else [self.reqs[i] for i in selected_indices]
+        if self.page_size == 1:
+            return len(reqs)
+        return sum(1 for r in reqs if (r.seqlen - 1) % self.page_size == 0)
+
+    def check_decode_mem(self, selected_indices: list[int] | None = None) -> bool:
+        """Evict from the tree if short, then: is there room for the next decode step?"""
+        num_tokens = self.new_page_count_next_decode(selected_indices) * self.page_size
+        evict_from_tree_cache(self.tree_cache, self.token_to_kv_pool_allocator, num_tokens)
+        return self.token_to_kv_pool_allocator.available_size() >= num_tokens
+
+    def release_req(self, idx: int, remaining_req_count: int) -> None:
+        """Retract request ``idx`` (SGLang's ``release_req``): free the slots it owns and its row,
+        unlock its tree node, let the tree make room for the others, reset it for the queue.
+
+        With the chunk cache it owns its whole row; with the radix cache everything from its
+        prefix's last whole page on (the aligned prefix is the tree's)."""
+        req = self.reqs[idx]
+        slotted = req.seqlen - 1  # the newest sampled token has no slot yet
+        pool, allocator = self.req_to_token_pool, self.token_to_kv_pool_allocator
+        if isinstance(self.tree_cache, ChunkCacheBase):
+            allocator.free(pool.req_to_token[req.req_pool_idx, :slotted].to(torch.int64))
+            pool.free(req.req_pool_idx)
+        else:
+            first_own = len(req.prefix_indices) // self.page_size * self.page_size
+            allocator.free(pool.req_to_token[req.req_pool_idx, first_own:slotted].to(torch.int64))
+            pool.free(req.req_pool_idx)
+            self.tree_cache.dec_lock_ref(req.last_node)
+            evict_from_tree_cache(self.tree_cache, allocator, remaining_req_count * RETRACT_DECODE_STEPS)
+        req.reset_for_retract()
 
     def prepare_for_decode(self) -> torch.Tensor:
         """One decode step: a new slot for each request's newest token, written in column

@@ -17,7 +17,9 @@ import os
 import sys
 from typing import Any, Callable
 
-# SGLang's parameter names per target (SPEC section 9), in order.
+# SGLang's parameter names per target (SPEC section 9), in order. SGLang calls all three
+# POSITIONALLY, so a candidate's own names do not matter: only how many positional parameters it
+# takes, and that none is keyword-only. The names are for messages and documentation.
 SIGNATURES: dict[str, tuple[str, ...]] = {
     "write_cache_indices": (
         "out_cache_loc", "req_pool_indices_tensor", "req_pool_indices_cpu", "prefix_lens_tensor",
@@ -26,7 +28,7 @@ SIGNATURES: dict[str, tuple[str, ...]] = {
     ),
     "get_last_loc": ("req_to_token", "req_pool_indices_tensor", "prefix_lens_tensor"),
     "alloc_extend": (
-        "prefix_lens_ptr", "seq_lens_ptr", "last_loc_ptr", "free_page_ptr", "out_indices",
+        "pre_lens_ptr", "seq_lens_ptr", "last_loc_ptr", "free_page_ptr", "out_indices",
         "bs_upper", "page_size", "max_num_extend_tokens",
     ),
 }
@@ -97,48 +99,43 @@ def _attribute(module: Any, name: str, where: str, spec: str) -> Any:
     raise CandidateLoadError(f"candidate {spec!r}: {where!r} has no attribute {name!r}{hint}")
 
 
-def parameter_names(obj: Any) -> tuple[list[str], list[str]] | None:
-    """(required parameter names, optional ones) of a function or a Triton kernel; ``None`` when
-    they cannot be known (e.g. a builtin, or ``*args``)."""
+def _parameters(obj: Any) -> list[inspect.Parameter] | None:
+    """The parameters of a function or a Triton kernel; ``None`` when they cannot be known."""
     fn = getattr(obj, "fn", None) if not inspect.isfunction(obj) else None  # triton JITFunction
     try:
-        sig = inspect.signature(fn if callable(fn) else obj)
+        return list(inspect.signature(fn if callable(fn) else obj).parameters.values())
     except (TypeError, ValueError):
         return None
-    params = list(sig.parameters.values())
-    if any(p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD) for p in params):
-        return None
-    required = [p.name for p in params if p.default is p.empty]
-    optional = [p.name for p in params if p.default is not p.empty]
-    return required, optional
 
 
 def signature_problem(obj: Any, target: str) -> str | None:
-    """Why ``obj``'s parameters are not SGLang's for ``target`` (extra parameters with a default
-    are allowed); ``None`` when they match or cannot be inspected."""
-    expected = list(SIGNATURES[target])
-    names = parameter_names(obj)
-    if names is None:
+    """Why ``obj`` cannot be called as SGLang calls ``target``: with exactly
+    ``len(SIGNATURES[target])`` positional arguments. ``None`` when it can (or cannot be told)."""
+    expected = SIGNATURES[target]
+    params = _parameters(obj)
+    if params is None:
         return None
-    required, optional = names
-    given = required + [n for n in optional if n in expected]
-    if given == expected:
+    positional = [p for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    required = [p for p in positional if p.default is p.empty]
+    keyword_only = [p.name for p in params if p.kind == p.KEYWORD_ONLY and p.default is p.empty]
+    takes_rest = any(p.kind == p.VAR_POSITIONAL for p in params)
+    problems = []
+    if keyword_only:
+        problems.append(f"required keyword-only parameters ({', '.join(keyword_only)}) cannot be passed positionally")
+    if len(required) > len(expected):
+        problems.append(f"it requires {len(required)} positional arguments, SGLang passes {len(expected)}")
+    elif len(positional) < len(expected) and not takes_rest:
+        problems.append(f"it takes {len(positional)} positional arguments, SGLang passes {len(expected)}")
+    if not problems:
         return None
-    missing = [n for n in expected if n not in given]
-    unexpected = [n for n in required if n not in expected]
-    parts = [f"parameters ({', '.join(required + optional)}) are not SGLang's ({', '.join(expected)})"]
-    if missing:
-        parts.append(f"missing: {', '.join(missing)}")
-    if unexpected:
-        parts.append(f"unexpected required: {', '.join(unexpected)}")
-    if not missing and not unexpected:
-        parts.append("same names, different order")
-    return "; ".join(parts)
+    shown = ", ".join(p.name for p in params)
+    return (f"SGLang calls {target} positionally as ({', '.join(expected)}); the candidate's parameters "
+            f"({shown}) do not fit: " + "; ".join(problems))
 
 
 def load_candidate(spec: str, target: str | None = None) -> Callable[..., Any]:
     """The object ``spec`` names. With ``target``, also check it is callable (or, for
-    ``alloc_extend``, launchable as ``kernel[(bs,)](...)``) with SGLang's parameter names.
+    ``alloc_extend``, launchable as ``kernel[(bs,)](...)``) with SGLang's positional arguments.
     Raises ``CandidateLoadError`` naming the spec, the file or module, and what is wrong."""
     if target is not None and target not in SIGNATURES:
         raise CandidateLoadError(f"target {target!r} is not one of {tuple(SIGNATURES)}")

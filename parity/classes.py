@@ -31,13 +31,19 @@ REQUIRED = (
     "batch size 1",
     "batch size 2-4",
     "batch size 5-16",
-    "out of memory: allocation failure",
+    "off-path: prefill out of memory",
     "logprob: start -1 (server default)",
     "logprob: start 0",
     "logprob: start inside the cached prefix",
     "logprob: start beyond the cached prefix",
     "retract then re-admit",
     "row reuse: freed chunked row taken by another request in the same batch",
+    "radix: hit on a running request's prompt",
+    "decode: retract under memory pressure",
+    "paged: merge before alloc_extend (need_sort)",
+    "paged: merge before alloc_decode (need_sort)",
+    "paged: several finishes in one decode free group",
+    "extend: allocation evicts from the tree",
 )
 NIGHTLY_EXTRA = ("page size 64", "batch size over 64")
 
@@ -79,8 +85,9 @@ def classify(scenario: Scenario, records: list[StageRecord]) -> set[str]:
     found = {f"page size {ps}"}
     rounds: dict[str, int] = {}
     for record in records:
-        if record.outcome == "oom" and "out of KV memory" in (record.error or ""):
-            found.add("out of memory: allocation failure")
+        if record.kind == "extend" and record.outcome == "oom" and "out of KV memory" in (record.error or ""):
+            # Off the server's path: SGLang's admission keeps a prefill from running out (SPEC 6).
+            found.add("off-path: prefill out of memory")
         if record.kind == "extend" and record.outcome == "ok":
             found |= _extend_classes(record, ps)
             for rid, pre in zip(record.rids, record.prefix_values):
@@ -101,6 +108,13 @@ def _note_classes(note: str) -> set[str]:
         "exact repeat": "radix: exact repeat of a finished prompt",
         "re-admitted": "retract then re-admit",
         "row reuse by another request": "row reuse: freed chunked row taken by another request in the same batch",
+        "radix hit on a running request": "radix: hit on a running request's prompt",
+        "decode retract under memory pressure": "decode: retract under memory pressure",
+        "merge before alloc_extend": "paged: merge before alloc_extend (need_sort)",
+        "merge before alloc_decode": "paged: merge before alloc_decode (need_sort)",
+        "paged finishes in one free group": "paged: several finishes in one decode free group",
+        "extend evicted from the tree": "extend: allocation evicts from the tree",
+        "decode replaced by the pending chunk": "decode while chunked: the chunk runs instead",
     }
     if note in simple:
         return {simple[note]}

@@ -106,7 +106,10 @@ def _check_repository(args: argparse.Namespace) -> int:
     for missing in (c for c in REQUIRED if c not in verdict.classes):
         print(f"  not reached: {missing}")
     for defect, count in sorted(verdict.findings.items()):
-        print(f"known legacy defect reported: {defect} (SPEC 7), in {count} scenarios; not a divergence")
+        print(f"known defect reported: {defect}, in {count} scenarios; not a divergence")
+        if defect in verdict.finding_examples:
+            example = verdict.finding_examples[defect].replace("\n", "\n    ")
+            print(f"  first seen: {example}")
     if verdict.counterexample:
         print("\n" + verdict.counterexample)
     print(f"verdict: {verdict.verdict.upper()} ({verdict.scenarios} scenarios in {verdict.seconds:.0f} s)")
@@ -142,7 +145,7 @@ import sys
 from kernels import runtime  # noqa: F401  (fixes the Triton mode first)
 from parity.report import format_failure
 from parity.runner import run_scenario
-from parity.scenario import Decode, Evict, Extend, Finish, RequestSpec, Retract, Scenario  # noqa: F401
+from parity.scenario import Decode, Evict, Extend, RequestSpec, Retract, Scenario  # noqa: F401
 from parity.world import Geometry
 
 scenario = {scenario.to_python()}

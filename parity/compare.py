@@ -33,7 +33,7 @@ class Difference:
     known_defect: str | None = None
 
     def line(self) -> str:
-        tag = f" [known legacy defect: {self.known_defect}]" if self.known_defect else ""
+        tag = f" [known defect: {self.known_defect}]" if self.known_defect else ""
         return f"{self.world} vs {self.reference}: {self.what}: {self.detail}{tag}"
 
 

@@ -27,7 +27,9 @@ class HarnessVerdict:
     verdict: str = "parity"  # parity | divergence
     scenarios: int = 0
     classes: set[str] = field(default_factory=set)
-    findings: Counter = field(default_factory=Counter)  # known legacy defect -> scenarios reaching it
+    findings: Counter = field(default_factory=Counter)  # known defect -> scenarios reaching it
+    # known defect -> the first scenario that reached it (Python source) and what was seen there
+    finding_examples: dict[str, str] = field(default_factory=dict)
     counterexample: str | None = None
     scenario: Scenario | None = None
     diverged: set[str] = field(default_factory=set)  # worlds that differed or broke an oracle
@@ -105,6 +107,8 @@ def _play_template(template, worlds, count, random_seed, verdict, failing, progr
         verdict.scenarios += 1
         verdict.classes |= result.classes
         verdict.findings.update({d.known_defect for d in result.findings})
+        for d in result.findings:
+            verdict.finding_examples.setdefault(d.known_defect, f"{d.what}: {d.detail}\n{scenario.to_python()}")
         progress.update(verdict.scenarios)
         if not result.ok:
             failing.append((scenario, result))

@@ -61,7 +61,7 @@ _EVERY_PREFIX_KERNEL = """    every = tl.cast(1, tl.int64)
 # alloc_extend part 2 reads pages from the previous request's first new page.
 _PART2_PREVIOUS = """    prev = tl.maximum(pid - 1, 0)
     prev_seq = tl.load(seq_lens_ptr + prev)
-    prev_pre = tl.load(prefix_lens_ptr + prev)
+    prev_pre = tl.load(pre_lens_ptr + prev)
     prev_pages = tl.where(pid > 0, (prev_seq + page_size - 1) // page_size - (prev_pre + page_size - 1) // page_size, 0)
     page = tl.load(free_page_ptr + first_page - prev_pages + k // page_size, mask=part2, other=0)"""
 

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from kernels import runtime
 from parity.classes import classify
 from parity.compare import Difference, compare
-from parity.oracles import check_stage
+from parity.oracles import STALE_ROW_DEFECT, check_stage, stale_row_defects
 from parity.scenario import Scenario, Step
 from parity.scheduler import Scheduler, StageRecord
 from parity.snapshot import Snapshot, take_snapshot
@@ -27,7 +27,7 @@ class RunResult:
     worlds: tuple[str, ...]
     stages: int = 0
     divergences: list[Difference] = field(default_factory=list)
-    findings: list[Difference] = field(default_factory=list)  # known legacy defects
+    findings: list[Difference] = field(default_factory=list)  # known defects (legacy's, SGLang's)
     violations: list[str] = field(default_factory=list)  # oracle failures, "world: ..."
     first_difference: StageRecord | None = None
     records: list[StageRecord] = field(default_factory=list)  # the reference world's stages
@@ -78,6 +78,8 @@ class Lockstep:
                 if self.oracles:
                     problems = check_stage(self.result.scenario, self.last[name], snap)
                     self.result.violations += [f"{name}: {p}" for p in problems]
+                if name == self.names[0]:
+                    self._upstream_defects(name, snap)
                 self.last[name] = snap
                 stages[name].append(snap)
         reference = stages[self.names[0]]
@@ -92,6 +94,12 @@ class Lockstep:
             return records
         self._compare([{n: stages[n][i] for n in self.names} for i in range(len(reference))])
         return records
+
+    def _upstream_defects(self, name: str, snap: Snapshot) -> None:
+        """Known SGLang defects every world shares (the reference's are reported, once)."""
+        for line in stale_row_defects(self.result.scenario, snap):
+            where = f"step {snap.record.step} {snap.record.kind}"
+            self.result.findings.append(Difference(name, name, where, line, known_defect=STALE_ROW_DEFECT))
 
     def _compare(self, per_stage: list[dict[str, Snapshot]]) -> None:
         for snaps in per_stage:

@@ -12,7 +12,7 @@ import json
 from dataclasses import asdict, dataclass, field
 from typing import Union
 
-from parity.world import CACHE_KINDS, Geometry
+from parity.world import Geometry, check_cache_kind
 
 
 @dataclass(frozen=True)
@@ -38,12 +38,13 @@ class Extend:
 
 @dataclass(frozen=True)
 class Decode:
-    """One decode step for every running request."""
+    """One decode step of every running request, as SGLang runs it: memory checked first
+    (retracting under pressure), one new slot each, then the results processed inside one free
+    group. The requests named in ``finish`` sample a stop token in this step; a request also
+    finishes when it reaches its ``max_new_tokens``. While a chunked request is pending, SGLang
+    runs no decode: the step runs the chunked request's next chunk instead."""
 
-
-@dataclass(frozen=True)
-class Finish:
-    rid: str
+    finish: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -56,8 +57,12 @@ class Evict:
     num_tokens: int
 
 
-Step = Union[Extend, Decode, Finish, Retract, Evict]
-STEP_TYPES = {cls.__name__: cls for cls in (Extend, Decode, Finish, Retract, Evict)}
+Step = Union[Extend, Decode, Retract, Evict]
+STEP_TYPES = {cls.__name__: cls for cls in (Extend, Decode, Retract, Evict)}
+RETIRED_STEPS = {
+    "Finish": "step 'Finish' was retired: SGLang finishes requests while it processes a decode step's "
+    "results, all in one free group; name them in Decode(finish=(...)) instead",
+}
 
 
 @dataclass(frozen=True)
@@ -70,10 +75,9 @@ class Scenario:
     tags: tuple[str, ...] = field(default=(), compare=False)  # generator's intent, for statistics
 
     def __post_init__(self) -> None:
-        if self.cache_kind not in CACHE_KINDS:
-            raise ValueError(f"Scenario.cache_kind={self.cache_kind!r}: expected one of {CACHE_KINDS}")
-        if self.chunk_size is not None and self.cache_kind == "none":
-            raise ValueError("Scenario: chunked prefill needs a cache (cache_kind 'radix' or 'chunk')")
+        check_cache_kind(self.cache_kind)
+        if self.chunk_size is not None and self.chunk_size < 1:
+            raise ValueError(f"Scenario.chunk_size={self.chunk_size}: must be >= 1 (None: no chunking)")
         rids = [r.rid for r in self.requests]
         if len(set(rids)) != len(rids):
             raise ValueError(f"Scenario: duplicate request ids in {rids}")
@@ -111,7 +115,9 @@ class Scenario:
 def _rids_of(step: Step) -> tuple[str, ...]:
     if isinstance(step, Extend):
         return step.admit
-    if isinstance(step, (Finish, Retract)):
+    if isinstance(step, Decode):
+        return step.finish
+    if isinstance(step, Retract):
         return (step.rid,)
     return ()
 
@@ -145,9 +151,9 @@ def _step_python(step: Step) -> str:
         last = ", chunked_last=True" if step.chunked_last else ""
         return f"Extend(admit={step.admit!r}{last})"
     if isinstance(step, Decode):
-        return "Decode()"
-    if isinstance(step, (Finish, Retract)):
-        return f"{type(step).__name__}({step.rid!r})"
+        return f"Decode(finish={step.finish!r})" if step.finish else "Decode()"
+    if isinstance(step, Retract):
+        return f"Retract({step.rid!r})"
     return f"Evict({step.num_tokens})"
 
 
@@ -168,9 +174,13 @@ def scenario_from_dict(data: dict) -> Scenario:
         steps = []
         for raw in data["steps"]:
             raw = dict(raw)
-            cls = STEP_TYPES[raw.pop("step")]
-            if "admit" in raw:
-                raw["admit"] = tuple(raw["admit"])
+            name = raw.pop("step")
+            if name in RETIRED_STEPS:
+                raise ValueError(RETIRED_STEPS[name])
+            cls = STEP_TYPES[name]
+            for names in ("admit", "finish"):
+                if names in raw:
+                    raw[names] = tuple(raw[names])
             steps.append(cls(**raw))
         requests = tuple(RequestSpec(**{**r, "tokens": tuple(r["tokens"])}) for r in data["requests"])
         return Scenario(
@@ -181,4 +191,5 @@ def scenario_from_dict(data: dict) -> Scenario:
             steps=tuple(steps),
         )
     except (KeyError, TypeError) as exc:
+        # (ValueErrors from check_cache_kind and RETIRED_STEPS pass through: they say what is wrong.)
         raise ValueError(f"not a kvparity scenario: {exc!r}") from None

@@ -1,9 +1,22 @@
 """The scheduler loop of SPEC section 6, played on one world.
 
 ``Scheduler.apply(step)`` is a generator: it yields a ``StageRecord`` after every stage that can
-change state (caching the chunked request, the extend batch, a decode step, ...), so that the
-runner can snapshot all worlds between stages. Both versions use this same loop; only the world's
-``Req``, ``ScheduleBatch`` and ``ChunkCache`` differ.
+change state (caching the chunked request, the extend batch, processing the prefill results, a
+decode step's retractions, the decode itself, its finishes, ...), so that the runner can snapshot
+all worlds between stages. Every world uses this same loop; only the world's ``Req``,
+``ScheduleBatch`` and caches differ. It follows every rule SPEC 6 marks "must":
+
+- after every prefill, a request that is not finished and not chunked is cached with
+  ``cache_unfinished_req`` (so that later requests can match its prompt), a finished one with
+  ``cache_finished_req``;
+- no decode runs while a chunked request is pending (a ``Decode`` step then runs its next chunk);
+- a decode step checks memory first and retracts, in SGLang's order, until the rest fits;
+- the finishes of a decode step are freed inside one free group.
+
+Harmless widenings (SPEC 6 allows them; every world gets the same steps): ``Retract`` at any time,
+``Evict`` at any time, chunk sizes that are not page multiples, the chunked request placed last
+(``Extend.chunked_last``), and admission that checks rows but not memory, so that a prefill may
+run out of memory: that is an off-path class, labelled as such, after which a scenario stops.
 """
 
 from __future__ import annotations
@@ -14,7 +27,7 @@ from typing import Any, Iterator
 import torch
 
 from parity.contract import batch_prefix_violations
-from parity.scenario import Decode, Evict, Extend, Finish, Retract, Scenario, Step
+from parity.scenario import Decode, Evict, Extend, Retract, Scenario, Step
 from parity.world import World
 
 
@@ -23,7 +36,9 @@ class StageRecord:
     """What one stage did, in plain values (for oracles, classes and reports)."""
 
     step: int
-    kind: str  # cache_unfinished | extend | decode | finish | retract | evict | skip
+    # cache_unfinished | extend | prefill_result | decode_retract | decode | decode_finish
+    # | retract | evict | skip
+    kind: str
     rids: tuple[str, ...] = ()
     rows: tuple[int, ...] = ()
     prefix_values: tuple[tuple[int, ...], ...] = ()  # captured BEFORE the stage ran
@@ -36,6 +51,7 @@ class StageRecord:
     contract_violations: tuple[str, ...] = ()
     # cells this stage may write: (row, first column, end column)
     write_region: tuple[tuple[int, int, int], ...] = ()
+    finished: tuple[str, ...] = ()  # requests of ``rids`` that finished in this stage
     notes: tuple[str, ...] = ()  # observations for scenario classes
 
     def describe(self) -> str:
@@ -45,6 +61,15 @@ class StageRecord:
         if self.outcome != "ok":
             what += f" -> {self.outcome}: {self.error}"
         return what
+
+    @property
+    def cached_unfinished(self) -> tuple[str, ...]:
+        """Requests this stage cached with ``cache_unfinished_req`` (their rows were repointed)."""
+        if self.kind == "cache_unfinished":
+            return self.rids
+        if self.kind == "prefill_result":
+            return tuple(rid for rid in self.rids if rid not in self.finished)
+        return ()
 
 
 _LOGPROB_NOTE = "logprob requested {} start {} matched {}"
@@ -68,10 +93,23 @@ def sampled_token(request_index: int, position: int) -> int:
     return 1000 + (request_index * 31 + position * 7) % 97
 
 
+def ceil_to_page(n: int, page_size: int) -> int:
+    return -(-n // page_size) * page_size
+
+
+def retract_order(reqs: list[Any]) -> list[int]:
+    """SGLang's ``retract_decode`` order, as a stack: the LAST index is retracted first. It pops
+    the fewest output tokens first, then the longest prompt, then the latest in the batch."""
+    order = list(range(len(reqs)))
+    order.sort(key=lambda i: (len(reqs[i].output_ids), -len(reqs[i].origin_input_ids)), reverse=True)
+    return order
+
+
 class Scheduler:
     def __init__(self, world: World, scenario: Scenario) -> None:
         self.world = world
         self.scenario = scenario
+        self.page_size = scenario.geometry.page_size
         self.reqs: dict[str, Any] = {}
         self.index: dict[str, int] = {}
         for i, spec in enumerate(scenario.requests):
@@ -84,7 +122,9 @@ class Scheduler:
                 extra_key=spec.extra_key,
             )
             self.index[spec.rid] = i
+        # waiting | scheduled (in the batch just run) | chunked | running | finished
         self.status: dict[str, str] = {rid: "waiting" for rid in self.reqs}
+        self.slotted: dict[str, int] = {rid: 0 for rid in self.reqs}  # tokens with a KV slot
         self.running: list[str] = []
         self.chunked: str | None = None
         self.chunked_has_row = False
@@ -102,6 +142,10 @@ class Scheduler:
     def pool(self) -> Any:
         return self.world.req_to_token_pool
 
+    @property
+    def allocator(self) -> Any:
+        return self.world.allocator
+
     def _lock(self, req: Any) -> None:
         if self.scenario.cache_kind == "radix":
             self.cache.inc_lock_ref(req.last_node)
@@ -110,6 +154,12 @@ class Scheduler:
         req = self.reqs[rid]
         req.output_ids.append(sampled_token(self.index[rid], len(req.output_ids)))
 
+    def _reached_max_new_tokens(self, rid: str) -> bool:
+        return len(self.reqs[rid].output_ids) >= self.scenario.request(rid).max_new_tokens
+
+    def _counter(self, obj: Any, name: str) -> int:
+        return getattr(obj, name, 0)
+
     # ---- steps -------------------------------------------------------------------------------------
     def apply(self, step_index: int, step: Step) -> Iterator[StageRecord]:
         if self.halted:
@@ -117,9 +167,7 @@ class Scheduler:
         if isinstance(step, Extend):
             yield from self._extend(step_index, step)
         elif isinstance(step, Decode):
-            yield self._decode(step_index)
-        elif isinstance(step, Finish):
-            yield self._finish(step_index, step.rid)
+            yield from self._decode_step(step_index, step)
         elif isinstance(step, Retract):
             yield self._retract(step_index, step.rid)
         elif isinstance(step, Evict):
@@ -127,45 +175,59 @@ class Scheduler:
         else:
             raise TypeError(f"unknown step {step!r}")
 
-    def _extend(self, step_index: int, step: Extend) -> Iterator[StageRecord]:
+    # ---- prefill -----------------------------------------------------------------------------------
+    def _extend(self, step_index: int, step: Extend, notes: tuple[str, ...] = ()) -> Iterator[StageRecord]:
         if self.chunked is not None and self.chunked_has_row:
             yield self._cache_chunked(step_index)
-        self._splits_before = getattr(self.cache, "num_splits", 0)
-        batch, notes = self._form_batch(step_index, step)
+        splits_before = self._counter(self.cache, "num_splits")
+        batch, admission_notes = self._form_batch(step_index, step)
         if not batch:
-            yield StageRecord(step_index, "skip", notes=("empty extend",))
+            yield StageRecord(step_index, "skip", notes=notes + ("empty extend",))
             return
-        yield self._run_extend(step_index, batch, notes)
+        record = self._run_extend(step_index, batch, list(notes) + admission_notes, splits_before)
+        yield record
+        if record.outcome == "ok":
+            result = self._process_prefill(step_index, batch)
+            if result is not None:
+                yield result
 
     def _cache_chunked(self, step_index: int) -> StageRecord:
         """SPEC 6: before the next batch, cache the chunked request and free its row."""
         rid = self.chunked
         req = self.reqs[rid]
-        row, old_pre, fill_len = req.req_pool_idx, len(req.prefix_indices), len(req.fill_ids)
-        self.cache.cache_unfinished_req(req)
+        row, prefix, fill_len = req.req_pool_idx, _values(req.prefix_indices), len(req.fill_ids)
+        self.cache.cache_unfinished_req(req, chunked=True)
         self.pool.free(row)
         self._freed_chunk_row = (row, rid)
         self.chunked_has_row = False
         req.init_next_round_input()
-        return StageRecord(step_index, "cache_unfinished", rids=(rid,), rows=(row,), write_region=((row, old_pre, fill_len),))
+        return StageRecord(
+            step_index,
+            "cache_unfinished",
+            rids=(rid,),
+            rows=(row,),
+            prefix_values=(tuple(prefix),),
+            write_region=((row, len(prefix), fill_len),),
+        )
 
-    def _budget_cut(self, req: Any, budget: float) -> bool:
-        """Cut ``req`` to the remaining token budget; True when it was cut (it is now chunked)."""
-        if req.extend_input_len <= budget:
-            return False
-        req.fill_ids = req.fill_ids[: len(req.prefix_indices) + int(budget)]
-        req.extend_input_len = int(budget)
-        return True
+    def _budget_cut(self, req: Any, tokens: int) -> None:
+        """Cut ``req`` to ``tokens`` new tokens (it becomes, or stays, the chunked request)."""
+        req.fill_ids = req.fill_ids[: len(req.prefix_indices) + tokens]
+        req.extend_input_len = tokens
 
     def _form_batch(self, step_index: int, step: Extend) -> tuple[list[str], list[str]]:
+        """SGLang's ``PrefillAdder``, rows checked, memory not (see the module docstring): the
+        chunked request first, cut to the budget with no page rounding; then waiting requests,
+        each taking ``ceil_to_page(extend_input_len)`` of the budget; the first that does not fit
+        is cut to whole pages of what is left and becomes the chunked request, and admission stops."""
+        ps = self.page_size
         budget: float = self.scenario.chunk_size or float("inf")
         batch: list[str] = []
         notes: list[str] = []
         new_chunked: str | None = None
         carried = self.chunked
         if carried is not None and not step.chunked_last:
-            self._budget_cut(self.reqs[carried], budget)
-            budget -= self.reqs[carried].extend_input_len
+            budget -= self._take_chunked(carried, budget)
             batch.append(carried)
         # With chunked_last, new requests must fit whole and leave room for the chunked one.
         reserve = 1 if (carried is not None and step.chunked_last) else 0
@@ -180,16 +242,22 @@ class Scheduler:
             req = self.reqs[rid]
             req.init_next_round_input(self.cache)
             notes += self._admission_notes(rid, req)
-            if reserve and req.extend_input_len > budget - reserve:
-                continue
-            self._lock(req)
-            if self._budget_cut(req, budget - reserve):
+            need = ceil_to_page(req.extend_input_len, ps)
+            if need > budget - reserve:
+                if reserve:
+                    continue
+                cut = int(budget) // ps * ps
+                if cut <= 0:
+                    break  # SGLang admits nothing more in this batch
+                self._budget_cut(req, cut)
                 new_chunked = rid
-            budget -= req.extend_input_len
+                need = cut
+            self._lock(req)
+            budget -= need
             batch.append(rid)
             self.status[rid] = "scheduled"
         if carried is not None and step.chunked_last:
-            self._budget_cut(self.reqs[carried], budget)
+            self._take_chunked(carried, budget)
             batch.append(carried)
         if new_chunked is not None:
             self.chunked = new_chunked
@@ -197,12 +265,24 @@ class Scheduler:
             self.chunked = None  # its last chunk is in this batch
         return batch, notes
 
+    def _take_chunked(self, rid: str, budget: float) -> int:
+        """The chunked request's next chunk: what is left of its prompt, cut to the budget with no
+        page rounding. Returns the budget it takes (whole pages)."""
+        req = self.reqs[rid]
+        if req.extend_input_len > budget:
+            self._budget_cut(req, int(budget))
+        self.status[rid] = "scheduled"
+        return ceil_to_page(req.extend_input_len, self.page_size)
+
     def _admission_notes(self, rid: str, req: Any) -> list[str]:
         notes = []
         if req.last_matched_prefix_len > 0:
             notes.append("radix hit")
             if tuple(req.origin_input_ids) in self.finished_prompts:
                 notes.append("exact repeat")
+            # Locked before this request locks it: a running (or chunked) request holds the node.
+            if getattr(req.last_node, "lock_ref", 0) > 0:
+                notes.append("radix hit on a running request")
         if rid in self.retracted:
             notes.append("re-admitted")
         if req.return_logprob:
@@ -210,10 +290,10 @@ class Scheduler:
             notes.append(logprob_note(requested, req.logprob_start_len, req.last_matched_prefix_len))
         return notes
 
-    def _run_extend(self, step_index: int, batch: list[str], notes: list[str]) -> StageRecord:
+    def _run_extend(self, step_index: int, batch: list[str], notes: list[str], splits_before: int) -> StageRecord:
         reqs = [self.reqs[rid] for rid in batch]
         free_rows_before = list(self.pool.free_slots)
-        prefixes = tuple(tuple(int(v) for v in _values(r.prefix_indices)) for r in reqs)
+        prefixes = tuple(tuple(_values(r.prefix_indices)) for r in reqs)
         violations = ()
         if self.world.family == "refactored":
             violations = tuple(batch_prefix_violations(reqs, self.pool.device))
@@ -227,22 +307,29 @@ class Scheduler:
             extend_lens=tuple(r.extend_input_len for r in reqs),
             contract_violations=violations,
         )
+        merges_before = self._counter(self.allocator, "num_merges")
+        evicted_before = self._counter(self.cache, "num_evicted")
         try:
             schedule_batch.prepare_for_extend()
         except RuntimeError as exc:
-            return self._halt(record, "oom" if "out of" in str(exc) else "error", exc, reqs, free_rows_before)
+            return self._halt(record, "oom" if "out of" in str(exc) else "error", exc, free_rows_before)
         except Exception as exc:  # a broken version may fail in any way: report, never crash
-            return self._halt(record, "error", exc, reqs, free_rows_before)
+            return self._halt(record, "error", exc, free_rows_before)
         record.rows = tuple(r.req_pool_idx for r in reqs)
         record.out_cache_loc = tuple(schedule_batch.out_cache_loc.tolist())
         if schedule_batch.last_loc is not None:
             record.last_loc = tuple(schedule_batch.last_loc.tolist())
         record.write_region = tuple((row, 0, seq) for row, seq in zip(record.rows, record.seq_lens))
-        if getattr(self.cache, "num_splits", 0) > self._splits_before:
+        if self._counter(self.cache, "num_splits") > splits_before:
             notes.append("node split")
+        if self._counter(self.allocator, "num_merges") > merges_before:
+            notes.append("merge before alloc_extend" if self.page_size > 1 else "merge before alloc")
+        if self._counter(self.cache, "num_evicted") > evicted_before:
+            notes.append("extend evicted from the tree")
         record.notes = tuple(notes) + self._row_reuse_notes(batch, record.rows)
         self._freed_chunk_row = (None, None)
-        self._after_extend(batch)
+        for rid, seq in zip(batch, record.seq_lens):
+            self.slotted[rid] = seq
         return record
 
     def _row_reuse_notes(self, batch: list[str], rows: tuple[int, ...]) -> tuple[str, ...]:
@@ -253,37 +340,120 @@ class Scheduler:
         taker = batch[rows.index(freed)]
         return ("row reuse",) + (("row reuse by another request",) if taker != owner else ())
 
-    def _halt(self, record: StageRecord, outcome: str, exc: Exception, reqs: list[Any], free_rows_before) -> StageRecord:
+    def _halt(self, record: StageRecord, outcome: str, exc: Exception, free_rows_before: list[int]) -> StageRecord:
         record.outcome = outcome
         record.error = f"{type(exc).__name__}: {exc}"
         # Rows the failed batch took (legacy also wrote its prefixes into them: SPEC section 4).
         taken = [row for row in free_rows_before if row not in self.pool.free_slots]
         record.rows = tuple(taken)
-        record.write_region = tuple(
-            (row, 0, len(p)) for row, p in zip(taken, record.prefix_values)
-        )
+        record.write_region = tuple((row, 0, len(p)) for row, p in zip(taken, record.prefix_values))
         self.halted = record.error
         return record
 
-    def _after_extend(self, batch: list[str]) -> None:
+    def _process_prefill(self, step_index: int, batch: list[str]) -> StageRecord | None:
+        """SGLang's prefill result processing, in batch order: the chunked request discards its
+        token; every other request samples one, then is cached finished (``max_new_tokens``
+        reached) or unfinished ("so that others can match"), and joins the running batch."""
+        done = [rid for rid in batch if rid != self.chunked]
         for rid in batch:
             if rid == self.chunked:
                 self.status[rid] = "chunked"
                 self.chunked_has_row = True
-                continue
-            # An extend that completes the prompt samples the first output token (SPEC 6).
+        if not done:
+            return None
+        reqs = [self.reqs[rid] for rid in done]
+        record = StageRecord(
+            step_index,
+            "prefill_result",
+            rids=tuple(done),
+            rows=tuple(r.req_pool_idx for r in reqs),
+            prefix_values=tuple(tuple(_values(r.prefix_indices)) for r in reqs),
+        )
+        finished, region = [], []
+        for rid, req in zip(done, reqs):
             self._sample(rid)
+            if self._reached_max_new_tokens(rid):
+                self._finish(rid)
+                finished.append(rid)
+                continue
+            region.append((req.req_pool_idx, len(req.prefix_indices), len(req.fill_ids)))
+            self.cache.cache_unfinished_req(req)
             self.status[rid] = "running"
-            if rid not in self.running:
-                self.running.append(rid)
+            self.running.append(rid)
+        record.finished = tuple(finished)
+        record.write_region = tuple(region)
+        return record
+
+    def _finish(self, rid: str) -> None:
+        req = self.reqs[rid]
+        self.cache.cache_finished_req(req)
+        if rid in self.running:
+            self.running.remove(rid)
+        self.status[rid] = "finished"
+        self.finished_prompts.add(tuple(req.origin_input_ids))
+
+    # ---- decode ------------------------------------------------------------------------------------
+    def _decode_step(self, step_index: int, step: Decode) -> Iterator[StageRecord]:
+        if self.chunked is not None:
+            # (must) No decode while a chunked request is pending: SGLang runs its next chunk.
+            yield from self._extend(step_index, Extend(()), notes=("decode replaced by the pending chunk",))
+            return
+        if not self.running:
+            yield StageRecord(step_index, "skip", notes=("empty decode",))
+            return
+        retracted = self._retract_for_decode(step_index)
+        if retracted is not None:
+            yield retracted
+        record = self._decode(step_index)
+        yield record
+        if record.outcome == "ok":
+            finishes = self._process_decode(step_index, step)
+            if finishes is not None:
+                yield finishes
+
+    def _retract_for_decode(self, step_index: int) -> StageRecord | None:
+        """(must) Memory first: when the next decode does not fit even after eviction, retract in
+        SGLang's order until the rest fits; never the last request left."""
+        rids = list(self.running)
+        reqs = [self.reqs[rid] for rid in rids]
+        rows = [r.req_pool_idx for r in reqs]
+        batch = self.world.batch(reqs)
+        if batch.check_decode_mem():
+            return None
+        order = retract_order(reqs)
+        gone: list[int] = []
+        first = True
+        while first or not batch.check_decode_mem(selected_indices=order):
+            if len(order) == 1:
+                break  # SGLang keeps the last one (and asserts some memory is left)
+            first = False
+            idx = order.pop()
+            gone.append(idx)
+            batch.release_req(idx, len(order))
+        if not gone:
+            return None
+        for idx in gone:
+            self._back_to_waiting(rids[idx])
+        return StageRecord(
+            step_index,
+            "decode_retract",
+            rids=tuple(rids[i] for i in gone),
+            rows=tuple(rows[i] for i in gone),
+            notes=("decode retract under memory pressure",),
+        )
+
+    def _back_to_waiting(self, rid: str) -> None:
+        self.running.remove(rid)
+        self.status[rid] = "waiting"
+        self.slotted[rid] = 0
+        self.retracted.add(rid)
 
     def _decode(self, step_index: int) -> StageRecord:
-        if not self.running:
-            return StageRecord(step_index, "skip", notes=("empty decode",))
         reqs = [self.reqs[rid] for rid in self.running]
-        positions = tuple(r.seqlen - 1 for r in reqs)
+        positions = tuple(self.slotted[rid] for rid in self.running)
         record = StageRecord(step_index, "decode", rids=tuple(self.running), rows=tuple(r.req_pool_idx for r in reqs))
         record.seq_lens = positions
+        merges_before = self._counter(self.allocator, "num_merges")
         try:
             out = self.world.batch(reqs).prepare_for_decode()
         except Exception as exc:
@@ -291,48 +461,50 @@ class Scheduler:
             record.error = f"{type(exc).__name__}: {exc}"
             self.halted = record.error
             return record
+        if self._counter(self.allocator, "num_merges") > merges_before:
+            record.notes = ("merge before alloc_decode" if self.page_size > 1 else "merge before alloc",)
         record.out_cache_loc = tuple(out.tolist())
         record.write_region = tuple((row, pos, pos + 1) for row, pos in zip(record.rows, positions))
         for rid in self.running:
-            self._sample(rid)
+            self.slotted[rid] += 1
         return record
 
-    def _finish(self, step_index: int, rid: str) -> StageRecord:
-        if self.status[rid] != "running":
-            return StageRecord(step_index, "skip", rids=(rid,), notes=("finish of a request not running",))
-        req = self.reqs[rid]
-        row = req.req_pool_idx
-        if self.cache is not None:
-            self.cache.cache_finished_req(req)
-        else:
-            slots = self.pool.req_to_token[row, : req.seqlen - 1].to(torch.int64)
-            self.pool.free(row)
-            self.world.allocator.free(slots)
-        self.running.remove(rid)
-        self.status[rid] = "finished"
-        self.finished_prompts.add(tuple(req.origin_input_ids))
-        return StageRecord(step_index, "finish", rids=(rid,), rows=(row,))
+    def _process_decode(self, step_index: int, step: Decode) -> StageRecord | None:
+        """(must) Inside ONE free group: every running request samples its token; those that
+        sampled a stop token (``step.finish``) or reached ``max_new_tokens`` are cached finished."""
+        finishing = []
+        self.allocator.free_group_begin()
+        for rid in list(self.running):
+            self._sample(rid)
+            if rid in step.finish or self._reached_max_new_tokens(rid):
+                row = self.reqs[rid].req_pool_idx
+                self._finish(rid)
+                finishing.append((rid, row))
+        self.allocator.free_group_end()
+        if not finishing:
+            return None
+        notes: tuple[str, ...] = ()
+        if len(finishing) >= 2 and self.page_size > 1:
+            notes = ("paged finishes in one free group",)
+        return StageRecord(
+            step_index,
+            "decode_finish",
+            rids=tuple(rid for rid, _ in finishing),
+            rows=tuple(row for _, row in finishing),
+            finished=tuple(rid for rid, _ in finishing),
+            notes=notes,
+        )
 
+    # ---- widenings -----------------------------------------------------------------------------------
     def _retract(self, step_index: int, rid: str) -> StageRecord:
-        """Free the request's own slots and its row, unlock its node, back to waiting. Slots the
-        radix tree holds (the page-aligned part of its prefix) stay in the tree."""
+        """Retract one running request at any time (a widening of SGLang's retract under memory
+        pressure: the same ``release_req``)."""
         if self.status[rid] != "running":
             return StageRecord(step_index, "skip", rids=(rid,), notes=("retract of a request not running",))
-        req = self.reqs[rid]
-        row, slotted = req.req_pool_idx, req.seqlen - 1
-        first_own = 0
-        if self.scenario.cache_kind == "radix":
-            page = self.world.allocator.page_size
-            first_own = len(req.prefix_indices) // page * page
-        slots = self.pool.req_to_token[row, first_own:slotted].to(torch.int64)
-        self.world.allocator.free(slots)
-        self.pool.free(row)
-        if self.scenario.cache_kind == "radix":
-            self.cache.dec_lock_ref(req.last_node)
-        req.reset_for_retract()
-        self.running.remove(rid)
-        self.status[rid] = "waiting"
-        self.retracted.add(rid)
+        rids = list(self.running)
+        row = self.reqs[rid].req_pool_idx
+        self.world.batch([self.reqs[r] for r in rids]).release_req(rids.index(rid), len(rids) - 1)
+        self._back_to_waiting(rid)
         return StageRecord(step_index, "retract", rids=(rid,), rows=(row,))
 
     def _evict(self, step_index: int, num_tokens: int) -> StageRecord:
@@ -343,15 +515,20 @@ class Scheduler:
 
     # ---- what each request holds (for the conservation oracle) ------------------------------------
     def held_slots(self, rid: str) -> list[int]:
+        """The KV slots the request owns, the tree's excluded: the slotted columns of its row from
+        ``last_matched_prefix_len`` on (before that, the tree supplies them; after
+        ``cache_unfinished_req`` the row may keep stale cells there, SPEC 1 step 2). A chunked
+        request whose row was freed owns its prefix from that length on (its unaligned tail, or
+        everything with the chunk cache)."""
         req, status = self.reqs[rid], self.status[rid]
-        if status == "running":
-            return self.pool.req_to_token[req.req_pool_idx, : req.seqlen - 1].tolist()
-        if status == "chunked" and self.chunked_has_row:
-            return self.pool.req_to_token[req.req_pool_idx, : len(req.fill_ids)].tolist()
-        if status == "chunked":
-            return [int(v) for v in _values(req.prefix_indices)]
-        return []
+        if status in ("waiting", "finished"):
+            return []
+        start = req.last_matched_prefix_len
+        if req.req_pool_idx is None or (status == "chunked" and not self.chunked_has_row):
+            return _values(req.prefix_indices)[start:]
+        slotted = self.slotted[rid]
+        return self.pool.req_to_token[req.req_pool_idx, start:slotted].tolist() if slotted > start else []
 
 
 def _values(prefix: Any) -> list[int]:
-    return prefix.tolist() if isinstance(prefix, torch.Tensor) else list(prefix)
+    return prefix.tolist() if isinstance(prefix, torch.Tensor) else [int(v) for v in prefix]

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 from hypothesis import strategies as st
 
-from parity.scenario import Decode, Evict, Extend, Finish, RequestSpec, Retract, Scenario
+from parity.scenario import Decode, Evict, Extend, RequestSpec, Retract, Scenario
 from parity.world import Geometry
 
 
@@ -40,15 +40,17 @@ def current_shape() -> Shape:
 @dataclass(frozen=True)
 class Template:
     name: str
-    caches: tuple[str, ...] = ("radix", "chunk", "none")
+    caches: tuple[str, ...] = ("radix", "chunk")  # chunk: the radix cache disabled
     chunk: str = "maybe"  # never | maybe | small | unaligned
-    kv: str = "roomy"  # roomy | tight
+    kv: str = "roomy"  # roomy | tight | decode (just the prompts: decodes run short and retract)
     rows: str = "roomy"  # roomy | tight
     long_prompts: bool = False
     logprobs: bool = False
     repeats: bool = False
     chunked_last: bool = False
     reuse_first: bool = False  # r0 runs and finishes first; later prompts reuse its tokens
+    need_sort: str = "maybe"  # maybe | always
+    paged: bool = False  # page sizes > 1 only
     ops: tuple[str, ...] = ("extend", "extend", "decode", "finish", "retract", "evict")
 
 
@@ -56,16 +58,23 @@ TEMPLATES = (
     Template("free form"),
     Template("shared prefixes", caches=("radix",), chunk="never", repeats=True,
              ops=("extend", "extend", "finish", "finish", "decode")),
-    Template("chunked rounds", caches=("radix", "chunk"), chunk="unaligned",
+    Template("chunked rounds", chunk="unaligned", repeats=True,
              ops=("extend", "extend", "extend", "decode", "finish")),
     Template("near out of memory", kv="tight", ops=("extend", "extend", "decode", "decode", "finish")),
     Template("retract and re-admit", ops=("extend", "decode", "retract", "retract", "extend")),
-    Template("long lengths", caches=("radix", "chunk"), long_prompts=True, repeats=True, reuse_first=True,
+    Template("long lengths", long_prompts=True, repeats=True, reuse_first=True,
              ops=("extend", "finish", "extend")),
     Template("logprobs", caches=("radix",), chunk="never", logprobs=True, repeats=True, reuse_first=True,
              ops=("extend", "finish", "extend", "finish", "decode")),
     Template("row reuse", caches=("chunk",), chunk="small", rows="tight",
              ops=("extend", "extend", "extend", "decode", "finish")),
+    # Decodes that outgrow the pool: the memory check evicts, then retracts (SPEC 6).
+    Template("decode pressure", chunk="never", kv="decode", repeats=True,
+             ops=("extend", "decode", "decode", "decode", "finish", "extend")),
+    # Pages freed while a sort is pending, then allocated again: alloc_extend's and alloc_decode's
+    # merge rules, several paged finishes in one free group, allocations that evict from the tree.
+    Template("free-page churn", caches=("radix",), chunk="never", kv="tight", repeats=True, need_sort="always",
+             paged=True, ops=("extend", "extend", "finish", "finish", "decode", "evict")),
 )
 
 
@@ -106,7 +115,11 @@ def _request(draw, rid: str, tokens: tuple[int, ...], template: Template) -> Req
     if logprob:
         start = draw(st.sampled_from([-1, 0, max(0, len(tokens) // 2), len(tokens) - 1, len(tokens) + 3]))
     extra = draw(st.sampled_from([None, None, None, "lora-a"]))
-    return RequestSpec(rid, tokens, return_logprob=logprob, logprob_start_len=start, extra_key=extra)
+    # Mostly long enough that the steps decide when a request finishes; sometimes it finishes by
+    # itself (1: right after its prefill; a few: in a decode step).
+    max_new = draw(st.sampled_from([64, 64, 64, 1, 2, 3]), label="max_new_tokens")
+    return RequestSpec(rid, tokens, return_logprob=logprob, logprob_start_len=start, extra_key=extra,
+                       max_new_tokens=max_new)
 
 
 @st.composite
@@ -116,7 +129,7 @@ def _steps(draw, template: Template, rids: list[str], shape: Shape) -> tuple:
     steps: list = []
     pending, admitted, retracted = list(rids), [], []
     if template.reuse_first and len(rids) > 1:
-        steps += [Extend((rids[0],)), Finish(rids[0])]
+        steps += [Extend((rids[0],)), Decode(finish=(rids[0],))]
         pending = pending[1:]
     for _ in range(draw(st.integers(1, shape.max_steps))):
         op = draw(st.sampled_from(template.ops))
@@ -132,9 +145,12 @@ def _steps(draw, template: Template, rids: list[str], shape: Shape) -> tuple:
         elif op == "decode":
             steps.append(Decode())
         elif op == "finish":
-            rid = draw(st.sampled_from(admitted))
-            admitted.remove(rid)
-            steps.append(Finish(rid))
+            # A decode step in which one or more requests sample a stop token (one free group).
+            many = draw(st.integers(1, min(3, len(admitted))))
+            finish = tuple(draw(st.permutations(admitted))[:many])
+            for rid in finish:
+                admitted.remove(rid)
+            steps.append(Decode(finish=finish))
         elif op == "retract":
             rid = draw(st.sampled_from(admitted))
             admitted.remove(rid)
@@ -148,7 +164,7 @@ def _steps(draw, template: Template, rids: list[str], shape: Shape) -> tuple:
 
 
 def _chunk_size(draw, template: Template, cache: str, ps: int, prompts) -> int | None:
-    if cache == "none" or template.chunk == "never":
+    if template.chunk == "never":
         return None
     if template.chunk == "maybe" and draw(st.booleans()):
         return None
@@ -164,6 +180,10 @@ def _kv_slots(draw, template: Template, ps: int, prompts, steps: int) -> int:
     need = sum(len(p) + steps + ps for p in prompts)
     if template.kv == "tight":
         need = draw(st.integers(max(ps, need // 4), max(ps, need // 2 + ps)))
+    elif template.kv == "decode":
+        # Room for the prompts (page-rounded) and a few decode pages: decodes soon run short.
+        prompts_need = sum(-(-len(p) // ps) * ps for p in prompts)
+        need = prompts_need + draw(st.integers(0, 3)) * ps
     else:
         need = 2 * need
     return -(-need // ps) * ps
@@ -173,7 +193,8 @@ def _kv_slots(draw, template: Template, ps: int, prompts, steps: int) -> int:
 def scenarios(draw, shape: Shape | None = None, templates: tuple[Template, ...] = TEMPLATES) -> Scenario:
     shape = shape or current_shape()
     template = draw(st.sampled_from(templates), label="template")
-    ps = draw(st.sampled_from(shape.page_sizes), label="page size")
+    page_sizes = tuple(p for p in shape.page_sizes if p > 1) if template.paged else shape.page_sizes
+    ps = draw(st.sampled_from(page_sizes), label="page size")
     cache = draw(st.sampled_from(template.caches), label="cache")
     n = draw(st.integers(1, min(shape.max_requests, 16 if not template.long_prompts else 3)), label="requests")
     if shape.max_requests > 16 and draw(st.booleans()):
@@ -196,6 +217,6 @@ def scenarios(draw, shape: Shape | None = None, templates: tuple[Template, ...] 
         max_context_len=max(len(p) for p in prompts) + len(steps) + 2,
         kv_slots=_kv_slots(draw, template, ps, prompts, len(steps)),
         page_size=ps,
-        need_sort=draw(st.booleans(), label="need_sort"),
+        need_sort=template.need_sort == "always" or draw(st.booleans(), label="need_sort"),
     )
     return Scenario(geometry, cache, requests, steps, _chunk_size(draw, template, cache, ps, prompts), tags=(template.name,))

@@ -317,19 +317,16 @@ def materialise(batch: KernelBatch, device: torch.device) -> Materialised:
 
 
 def candidate_args(m: Materialised) -> tuple[list[Any], dict[str, Any]]:
-    """Positional and keyword arguments of SGLang's signature (SPEC section 9) for ``m``."""
+    """The arguments of SGLang's call (SPEC section 9) for ``m``: all positional, as SGLang
+    passes them (the keyword dict stays empty)."""
     b, v = m.batch, m.view
     if b.target == "get_last_loc":
         return [v("req_to_token"), v("req_pool_indices_tensor"), v("prefix_lens_tensor")], {}
     if b.target == "alloc_extend":
-        import triton
+        from kernels.alloc_extend import next_power_of_2
 
-        kwargs = {
-            "bs_upper": triton.next_power_of_2(b.bs),
-            "page_size": b.page_size,
-            "max_num_extend_tokens": triton.next_power_of_2(max(b.extend_num_tokens, 1)),
-        }
-        return [v("prefix_lens_tensor"), v("seq_lens_tensor"), v("last_loc"), v("free_pages"), v("out_indices")], kwargs
+        tiles = [next_power_of_2(b.bs), b.page_size, next_power_of_2(b.extend_num_tokens)]
+        return [v("prefix_lens_tensor"), v("seq_lens_tensor"), v("last_loc"), v("free_pages"), v("out_indices"), *tiles], {}
     prefixes = [v(f"prefix_tensors[{i}]") for i in range(b.bs)]
     names = ["out_cache_loc", "req_pool_indices_tensor", "req_pool_indices_cpu", "prefix_lens_tensor",
              "prefix_lens_cpu", "seq_lens_tensor", "seq_lens_cpu", "extend_lens_tensor", "extend_lens_cpu"]

@@ -19,7 +19,22 @@ VERSIONS = ("legacy", "refactored")  # SGLang's two versions
 # Versions that are not SGLang's, each the family it belongs to: the refactored path with the
 # linear-time write kernel (``kernels/linear_write.py``), checked as an extra world.
 EXTRA_VERSIONS = {"refactored-linear": "refactored"}
-CACHE_KINDS = ("radix", "chunk", "none")
+# The two tree caches a real server can have (SPEC 1, "Which cache a server has"): the radix cache,
+# or, with the radix cache disabled, the chunk cache (with chunking or without, chunk_size None).
+CACHE_KINDS = ("radix", "chunk")
+RETIRED_CACHE_KINDS = {
+    "none": "cache kind 'none' was retired: no SGLang server runs without a tree cache; with the radix "
+    "cache disabled it has a ChunkCache, so use cache_kind 'chunk' (chunk_size None for no chunking)",
+}
+
+
+def check_cache_kind(cache_kind: str) -> str:
+    """Return ``cache_kind`` if a server can have it, else raise a ValueError that says why not."""
+    if cache_kind in RETIRED_CACHE_KINDS:
+        raise ValueError(RETIRED_CACHE_KINDS[cache_kind])
+    if cache_kind not in CACHE_KINDS:
+        raise ValueError(f"cache_kind={cache_kind!r}: expected one of {CACHE_KINDS}")
+    return cache_kind
 
 
 @dataclass(frozen=True)
@@ -100,12 +115,8 @@ def build_world(
     if poison is not None:
         pool.req_to_token.fill_(poison)
     allocator = _allocator(geometry, device, backend)
-    if cache_kind == "radix":
+    if check_cache_kind(cache_kind) == "radix":
         cache: Any = RadixCache(pool, allocator, geometry.page_size)
-    elif cache_kind == "chunk":
-        cache = module.ChunkCache(pool, allocator, geometry.page_size)
-    elif cache_kind == "none":
-        cache = None
     else:
-        raise ValueError(f"cache_kind={cache_kind!r}: expected one of {CACHE_KINDS}")
+        cache = module.ChunkCache(pool, allocator, geometry.page_size)
     return World(version, backend, pool, allocator, cache, module)

@@ -17,7 +17,7 @@ from hypothesis import event, example, given
 from parity import ledger
 from parity.report import format_failure, format_findings
 from parity.runner import run_scenario
-from parity.scenario import Decode, Extend, Finish, RequestSpec, Retract, Scenario
+from parity.scenario import Decode, Extend, RequestSpec, Retract, Scenario
 from parity.strategies import TEMPLATES, scenarios
 from parity.world import Geometry
 
@@ -53,7 +53,7 @@ MIXED_PREFIX_BATCH = Scenario(
         RequestSpec("r1", tuple(range(10, 14)) + (99, 98)),
         RequestSpec("r2", (70, 71, 72)),
     ),
-    steps=(Extend(("r0",)), Finish("r0"), Extend(("r1", "r2"))),
+    steps=(Extend(("r0",)), Decode(finish=("r0",)), Extend(("r1", "r2"))),
 )
 # Page size 4 with an unaligned chunk tail: catches last_loc taken from the wrong prefix element.
 UNALIGNED_PAGED_CHUNKS = Scenario(
@@ -78,7 +78,7 @@ RETRACT_READMIT = Scenario(
     geometry=Geometry(pool_rows=3, max_context_len=24, kv_slots=64, page_size=2),
     cache_kind="radix",
     requests=(RequestSpec("r0", tuple(range(1, 10))), RequestSpec("r1", tuple(range(1, 6)) + (50,))),
-    steps=(Extend(("r0",)), Finish("r0"), Extend(("r1",)), Decode(), Retract("r1"), Extend(("r1",))),
+    steps=(Extend(("r0",)), Decode(finish=("r0",)), Extend(("r1",)), Decode(), Retract("r1"), Extend(("r1",))),
 )
 # Found by the state machine (harness bugs, now fixed): slots the tree held may be evicted and
 # handed out again in the same stage; and legacy's view of a FINISHED request's freed row is the
@@ -87,14 +87,14 @@ EVICTED_TREE_SLOTS_REUSED = Scenario(
     geometry=Geometry(pool_rows=2, max_context_len=16, kv_slots=8, page_size=1),
     cache_kind="radix",
     requests=(RequestSpec("r0", (1, 2, 3, 4, 5, 6)), RequestSpec("r1", (50, 51, 52, 53, 54, 55))),
-    steps=(Extend(("r0",)), Finish("r0"), Extend(("r1",))),
+    steps=(Extend(("r0",)), Decode(finish=("r0",)), Extend(("r1",))),
 )
 ALIAS_AFTER_FINISH = Scenario(
     geometry=Geometry(pool_rows=1, max_context_len=16, kv_slots=32, page_size=1),
     cache_kind="chunk",
     chunk_size=4,
     requests=(RequestSpec("r0", tuple(range(40, 46))), RequestSpec("r1", (7, 8))),
-    steps=(Extend(("r0",)), Extend(()), Finish("r0"), Extend(("r1",))),
+    steps=(Extend(("r0",)), Extend(()), Decode(finish=("r0",)), Extend(("r1",))),
 )
 # Logprobs from token 2 on, behind a cached prompt: catches a match key that ignores logprob_start_len.
 LOGPROB_BEHIND_CACHE = Scenario(
@@ -102,14 +102,14 @@ LOGPROB_BEHIND_CACHE = Scenario(
     cache_kind="radix",
     requests=(RequestSpec("r0", tuple(range(1, 9))),
               RequestSpec("r1", tuple(range(1, 9)) + (40,), return_logprob=True, logprob_start_len=2)),
-    steps=(Extend(("r0",)), Finish("r0"), Extend(("r1",))),
+    steps=(Extend(("r0",)), Decode(finish=("r0",)), Extend(("r1",))),
 )
 # A prompt the tree holds whole: catches a match key that covers the whole input (nothing to compute).
 WHOLE_PROMPT_CACHED = Scenario(
     geometry=Geometry(pool_rows=3, max_context_len=24, kv_slots=64, page_size=1),
     cache_kind="radix",
     requests=(RequestSpec("r0", tuple(range(1, 7))), RequestSpec("r1", tuple(range(1, 6)))),
-    steps=(Extend(("r0",)), Finish("r0"), Extend(("r1",))),
+    steps=(Extend(("r0",)), Decode(finish=("r0",)), Extend(("r1",))),
 )
 # Two fresh requests of several whole pages in one paged batch: catches alloc_extend's part 2
 # starting at the previous request's first new page.
@@ -126,13 +126,13 @@ CHUNK_DUPLICATES_CACHED = Scenario(
     cache_kind="radix",
     chunk_size=12,
     requests=(RequestSpec("r0", tuple(range(1, 9))), RequestSpec("r1", tuple(range(1, 13)))),
-    steps=(Extend(("r0", "r1")), Finish("r0"), Extend(())),
+    steps=(Extend(("r0", "r1")), Decode(finish=("r0",)), Extend(())),
 )
 # No prefix cache at all: the request's default prefix reaches the write as is; catches a refactored
 # Req whose prefix_indices defaults to [] (the Triton write takes data_ptr() of every prefix).
 NO_CACHE_DEFAULT_PREFIX = Scenario(
     geometry=Geometry(pool_rows=2, max_context_len=16, kv_slots=32, page_size=1),
-    cache_kind="none",
+    cache_kind="chunk",
     requests=(RequestSpec("r0", (3, 4, 5)),),
     steps=(Extend(("r0",)),),
 )

@@ -29,7 +29,7 @@ from parity.classes import classify
 from parity.compare import Difference
 from parity.report import format_failure
 from parity.runner import ALL_WORLDS, Lockstep, RunResult
-from parity.scenario import Decode, Evict, Extend, Finish, RequestSpec, Retract, Scenario, Step
+from parity.scenario import Decode, Evict, Extend, RequestSpec, Retract, Scenario, Step
 from parity.scheduler import Scheduler, StageRecord
 from parity.strategies import current_shape, token_run
 from parity.world import Geometry
@@ -98,9 +98,9 @@ def lockstep_setups(draw) -> Scenario:
     shape = current_shape()
     ps = draw(st.sampled_from(shape.page_sizes), label="page size")
     # The radix cache twice: it has the most to reach (hits, node splits, eviction).
-    cache = draw(st.sampled_from(("radix", "radix", "chunk", "none")), label="cache")
+    cache = draw(st.sampled_from(("radix", "radix", "chunk")), label="cache")
     chunk_size = None
-    if cache != "none" and draw(st.booleans(), label="chunked prefill?"):
+    if draw(st.booleans(), label="chunked prefill?"):
         chunk_size = draw(st.integers(1, max(4, min(2 * ps + 3, 24))), label="chunk size")
     tight_rows = draw(st.integers(0, 3), label="tight rows?") == 3
     spare_rows = draw(st.integers(1, 2), label="spare rows")
@@ -210,9 +210,12 @@ class SchedulerLockstep(RuleBasedStateMachine):
     @precondition(lambda self: self.live() and self.ref.running)
     @rule(data=st.data())
     def finish(self, data) -> None:
-        """A running request finishes: ``cache_finished_req`` hands its slots to the tree (radix),
-        or frees them (chunk cache, no cache), and frees its row."""
-        self._play(Finish(data.draw(st.sampled_from(self.ref.running), label="finish")))
+        """A decode step in which some running requests sample a stop token: they are cached
+        finished inside the step's one free group (``cache_finished_req`` hands their slots to the
+        tree, radix, or frees them, chunk cache) and their rows are freed."""
+        finish = data.draw(st.lists(st.sampled_from(self.ref.running), min_size=1, max_size=3, unique=True),
+                           label="finish")
+        self._play(Decode(finish=tuple(finish)))
 
     @precondition(lambda self: self.live() and self.ref.running)
     @rule(data=st.data())

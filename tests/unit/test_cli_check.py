@@ -25,11 +25,11 @@ def keep_the_suites_profile():
 
 def test_parity_exits_0_and_writes_the_verdict(tmp_path, capsys):
     out = tmp_path / "verdict.json"
-    assert main(["check", "--examples", "16", "--backend", "torch", "--json", str(out)]) == 0
+    assert main(["check", "--examples", "20", "--backend", "torch", "--json", str(out)]) == 0
     printed = capsys.readouterr().out
     assert "legacy/torch vs refactored/torch" in printed and "verdict: PARITY" in printed
     verdict = json.loads(out.read_text())
-    assert verdict["verdict"] == "parity" and verdict["scenarios"] == 16 and verdict["counterexample"] is None
+    assert verdict["verdict"] == "parity" and verdict["scenarios"] == 20 and verdict["counterexample"] is None
     assert verdict["worlds"] == ["legacy/torch", "refactored/torch"]
 
 

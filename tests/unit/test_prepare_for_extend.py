@@ -285,7 +285,7 @@ def test_out_of_memory_refactored_leaves_requests_untouched(backend):
 # ---- bad input names the request ---------------------------------------------------------------
 @pytest.mark.parametrize("version", VERSIONS)
 def test_inconsistent_extend_len_names_the_request(version):
-    world = build_world(version, "torch", GEO_P1, "none")
+    world = build_world(version, "torch", GEO_P1, "chunk")
     req = world.new_req("bad", [1, 2, 3])
     req.init_next_round_input()
     req.extend_input_len = 2

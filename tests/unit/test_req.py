@@ -93,7 +93,7 @@ def test_adjust_max_prefix_ids_exists_only_in_legacy():
 def test_without_cache_the_prefix_is_kept(version):
     """A chunked request calls init_next_round_input() without the cache: the prefix that
     cache_unfinished_req gave it stays, and extend_input_len is the rest."""
-    world = build_world(version, "torch", Geometry(4, 16, 32), "none")
+    world = build_world(version, "torch", Geometry(4, 16, 32), "chunk")
     req = world.new_req("r", PROMPT)
     req.prefix_indices = torch.tensor([7, 8, 9], dtype=torch.int64)
     req.init_next_round_input()
