@@ -18,7 +18,7 @@ from pathlib import Path
 
 USAGE_ERROR = 2
 TARGETS = ("prepare_for_extend", "write_cache_indices", "get_last_loc", "alloc_extend")
-DEFAULT_EXAMPLES = 800  # scenarios, 100 per template
+DEFAULT_EXAMPLES = 800  # scenarios, 80 per template
 DEFAULT_CANDIDATE_EXAMPLES = 200  # kernel-level batches
 
 
@@ -120,6 +120,8 @@ def _check_repository(args: argparse.Namespace) -> int:
         "scenarios": verdict.scenarios,
         "classes_reached": verdict.required_reached,
         "classes_required": len(REQUIRED),
+        "known_defects": {d: {"scenarios": n, "first_seen": verdict.finding_examples.get(d)}
+                          for d, n in sorted(verdict.findings.items())},
         "counterexample": None if verdict.scenario is None else {
             "scenario": json.loads(verdict.scenario.to_json()), "report": verdict.counterexample},
         "seconds": round(verdict.seconds, 1),

@@ -86,9 +86,13 @@ MUTANTS: tuple[Mutant, ...] = (
             Edit(_BATCH, "last_loc = last_loc_from_prefixes(prefix_tensors, self.device) if self.page_size > 1 else None",
                  "last_loc = get_last_loc(self.req_to_token_pool.req_to_token, req_pool_indices, "
                  "lens.prefix_lens_tensor, backend=self.backend) if self.page_size > 1 else None"))),
-    _one("prefix-indices-list-default",
-         "prefix_indices defaults to [] in the refactored Req and reaches write_cache_indices",
-         _REQ, "return torch.empty((0,), dtype=torch.int64)", "return []"),
+    # (Was "prefix-indices-list-default", Req's default prefix as []: with cache kind "none" retired,
+    # every prefix the extend path sees comes from a cache's match_prefix, so that default never
+    # reaches write_cache_indices in any SGLang configuration and the mutant became equivalent.)
+    _one("empty-match-as-list",
+         "an empty match handed to the refactored write as [] instead of an empty int64 tensor (chunk cache)",
+         "mem_cache/chunk_cache.py", "return ChunkMatch(torch.empty((0,), dtype=torch.int64), None)",
+         "return ChunkMatch([], None)"),
     Mutant("prefix-only-when-all-have-one", "prefixes are written only when every request in the batch has one",
            (Edit(_WRITE, "    for block in range(tl.cdiv(prefix_len, BLOCK)):", _EVERY_PREFIX_KERNEL),
             Edit(_WRITE, "        if pre > 0:\n", "        if pre > 0 and bool((prefix_lens > 0).all()):\n"))),

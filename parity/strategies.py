@@ -49,6 +49,7 @@ class Template:
     repeats: bool = False
     chunked_last: bool = False
     reuse_first: bool = False  # r0 runs and finishes first; later prompts reuse its tokens
+    admit_all_first: bool = False  # the first step admits every request (the pool sized for them)
     need_sort: str = "maybe"  # maybe | always
     paged: bool = False  # page sizes > 1 only
     ops: tuple[str, ...] = ("extend", "extend", "decode", "finish", "retract", "evict")
@@ -58,7 +59,7 @@ TEMPLATES = (
     Template("free form"),
     Template("shared prefixes", caches=("radix",), chunk="never", repeats=True,
              ops=("extend", "extend", "finish", "finish", "decode")),
-    Template("chunked rounds", chunk="unaligned", repeats=True,
+    Template("chunked rounds", chunk="unaligned", repeats=True, chunked_last=True,
              ops=("extend", "extend", "extend", "decode", "finish")),
     Template("near out of memory", kv="tight", ops=("extend", "extend", "decode", "decode", "finish")),
     Template("retract and re-admit", ops=("extend", "decode", "retract", "retract", "extend")),
@@ -69,8 +70,8 @@ TEMPLATES = (
     Template("row reuse", caches=("chunk",), chunk="small", rows="tight",
              ops=("extend", "extend", "extend", "decode", "finish")),
     # Decodes that outgrow the pool: the memory check evicts, then retracts (SPEC 6).
-    Template("decode pressure", chunk="never", kv="decode", repeats=True,
-             ops=("extend", "decode", "decode", "decode", "finish", "extend")),
+    Template("decode pressure", chunk="never", kv="decode", admit_all_first=True,
+             ops=("decode", "decode", "decode", "finish", "retract", "extend")),
     # Pages freed while a sort is pending, then allocated again: alloc_extend's and alloc_decode's
     # merge rules, several paged finishes in one free group, allocations that evict from the tree.
     Template("free-page churn", caches=("radix",), chunk="never", kv="tight", repeats=True, need_sort="always",
@@ -131,6 +132,9 @@ def _steps(draw, template: Template, rids: list[str], shape: Shape) -> tuple:
     if template.reuse_first and len(rids) > 1:
         steps += [Extend((rids[0],)), Decode(finish=(rids[0],))]
         pending = pending[1:]
+    if template.admit_all_first:
+        steps.append(Extend(tuple(pending)))
+        pending, admitted = [], list(pending)
     for _ in range(draw(st.integers(1, shape.max_steps))):
         op = draw(st.sampled_from(template.ops))
         if op in ("finish", "retract") and not admitted:
@@ -183,7 +187,7 @@ def _kv_slots(draw, template: Template, ps: int, prompts, steps: int) -> int:
     elif template.kv == "decode":
         # Room for the prompts (page-rounded) and a few decode pages: decodes soon run short.
         prompts_need = sum(-(-len(p) // ps) * ps for p in prompts)
-        need = prompts_need + draw(st.integers(0, 3)) * ps
+        need = prompts_need + draw(st.integers(0, 1)) * ps
     else:
         need = 2 * need
     return -(-need // ps) * ps
