@@ -160,6 +160,10 @@ class Scheduler:
     def _counter(self, obj: Any, name: str) -> int:
         return getattr(obj, name, 0)
 
+    def _outcome(self, exc: Exception) -> str:
+        """"oom" when the world says ``exc`` is its out-of-memory error, else "error"."""
+        return "oom" if self.world.out_of_memory(exc) else "error"
+
     # ---- steps -------------------------------------------------------------------------------------
     def apply(self, step_index: int, step: Step) -> Iterator[StageRecord]:
         if self.halted:
@@ -196,11 +200,11 @@ class Scheduler:
         rid = self.chunked
         req = self.reqs[rid]
         row, prefix, fill_len = req.req_pool_idx, _values(req.prefix_indices), len(req.fill_ids)
-        self.cache.cache_unfinished_req(req, chunked=True)
+        self.world.cache_unfinished_req(req, chunked=True)
         self.pool.free(row)
         self._freed_chunk_row = (row, rid)
         self.chunked_has_row = False
-        req.init_next_round_input()
+        self.world.init_next_round_input(req, use_tree_cache=False)
         return StageRecord(
             step_index,
             "cache_unfinished",
@@ -240,7 +244,7 @@ class Scheduler:
             if self.pool.available_size() < rows_needed:
                 break  # no request row left for it (SGLang's admission checks rows too)
             req = self.reqs[rid]
-            req.init_next_round_input(self.cache)
+            self.world.init_next_round_input(req)
             notes += self._admission_notes(rid, req)
             need = ceil_to_page(req.extend_input_len, ps)
             if need > budget - reserve:
@@ -312,7 +316,7 @@ class Scheduler:
         try:
             schedule_batch.prepare_for_extend()
         except RuntimeError as exc:
-            return self._halt(record, "oom" if "out of" in str(exc) else "error", exc, free_rows_before)
+            return self._halt(record, self._outcome(exc), exc, free_rows_before)
         except Exception as exc:  # a broken version may fail in any way: report, never crash
             return self._halt(record, "error", exc, free_rows_before)
         record.rows = tuple(r.req_pool_idx for r in reqs)
@@ -377,7 +381,7 @@ class Scheduler:
                 finished.append(rid)
                 continue
             region.append((req.req_pool_idx, len(req.prefix_indices), len(req.fill_ids)))
-            self.cache.cache_unfinished_req(req)
+            self.world.cache_unfinished_req(req)
             self.status[rid] = "running"
             self.running.append(rid)
         record.finished = tuple(finished)
@@ -386,7 +390,7 @@ class Scheduler:
 
     def _finish(self, rid: str) -> None:
         req = self.reqs[rid]
-        self.cache.cache_finished_req(req)
+        self.world.cache_finished_req(req)
         if rid in self.running:
             self.running.remove(rid)
         self.status[rid] = "finished"
@@ -457,7 +461,7 @@ class Scheduler:
         try:
             out = self.world.batch(reqs).prepare_for_decode()
         except Exception as exc:
-            record.outcome = "oom" if "out of" in str(exc) else "error"
+            record.outcome = self._outcome(exc)
             record.error = f"{type(exc).__name__}: {exc}"
             self.halted = record.error
             return record

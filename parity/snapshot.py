@@ -3,6 +3,7 @@ CPU values, plus what the oracles need (each request's status and the slots it h
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
@@ -94,17 +95,67 @@ def _request_view(scheduler: Scheduler, rid: str) -> RequestView:
 
 
 def take_snapshot(scheduler: Scheduler, record: StageRecord) -> Snapshot:
-    allocator = scheduler.world.allocator
-    cache = scheduler.world.tree_cache
+    world = scheduler.world
+    allocator = world.allocator
     radix = scheduler.scenario.cache_kind == "radix"
     return Snapshot(
         record=record,
         req_to_token=scheduler.pool.req_to_token.detach().to("cpu", copy=True),
         free_pages=allocator.free_pages.detach().to("cpu", copy=True),
         release_pages=allocator.release_pages.detach().to("cpu", copy=True),
-        available_size=allocator.available_size(),
-        free_rows=tuple(scheduler.pool.free_slots),
-        tree=tuple(cache.contents()) if radix else (),
-        tree_slots=tuple(cache.all_values_flatten().tolist()) if radix else (),
+        available_size=int(allocator.available_size()),
+        free_rows=tuple(int(r) for r in scheduler.pool.free_slots),
+        tree=tuple(tuple(e) for e in world.tree_contents()) if radix else (),
+        tree_slots=tuple(world.all_tree_slots()) if radix else (),
         requests={rid: _request_view(scheduler, rid) for rid in scheduler.reqs},
+    )
+
+
+# ---- plain data, for snapshots that cross a process boundary (real SGLang worlds) -----------------
+_TENSORS = ("req_to_token", "free_pages", "release_pages")
+_NESTED_RECORD_FIELDS = ("prefix_values", "write_region")
+
+
+def _tensor_to_plain(t: torch.Tensor) -> dict[str, Any]:
+    return {"dtype": str(t.dtype).removeprefix("torch."), "shape": list(t.shape), "values": t.reshape(-1).tolist()}
+
+
+def _tensor_from_plain(d: dict[str, Any]) -> torch.Tensor:
+    return torch.tensor(d["values"], dtype=getattr(torch, d["dtype"])).reshape(d["shape"])
+
+
+def _tuples(value: Any) -> Any:
+    return tuple(_tuples(v) for v in value) if isinstance(value, list) else value
+
+
+def snapshot_to_plain(snap: Snapshot) -> dict[str, Any]:
+    """Everything in ``snap`` as ints, strings, lists and dicts (tensors keep their dtype)."""
+    record = {f.name: getattr(snap.record, f.name) for f in dataclasses.fields(StageRecord)}
+    return {
+        "record": record,
+        **{name: _tensor_to_plain(getattr(snap, name)) for name in _TENSORS},
+        "available_size": snap.available_size,
+        "free_rows": list(snap.free_rows),
+        "tree": [list(e) for e in snap.tree],
+        "tree_slots": list(snap.tree_slots),
+        "requests": {rid: dataclasses.asdict(view) for rid, view in snap.requests.items()},
+    }
+
+
+def snapshot_from_plain(data: dict[str, Any]) -> Snapshot:
+    """The inverse of ``snapshot_to_plain``."""
+    raw = dict(data["record"])
+    record = StageRecord(**{k: (_tuples(v) if isinstance(v, list) else v) for k, v in raw.items()})
+    requests = {
+        rid: RequestView(**{k: (tuple(v) if isinstance(v, list) else v) for k, v in view.items()})
+        for rid, view in data["requests"].items()
+    }
+    return Snapshot(
+        record=record,
+        **{name: _tensor_from_plain(data[name]) for name in _TENSORS},
+        available_size=data["available_size"],
+        free_rows=tuple(data["free_rows"]),
+        tree=tuple((e[0], tuple(e[1]), tuple(e[2]), e[3]) for e in data["tree"]),
+        tree_slots=tuple(data["tree_slots"]),
+        requests=requests,
     )

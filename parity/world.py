@@ -97,6 +97,28 @@ class World:
             reqs, self.req_to_token_pool, self.allocator, self.tree_cache, backend=self.backend
         )
 
+    # The scheduler loop calls SGLang's request and cache methods through the world, so that a
+    # world backed by real SGLang (``parity.real.adapter.RealWorld``) can do what its version needs
+    # first (set its globals) and answer in its own words (its out-of-memory errors).
+    def init_next_round_input(self, req: Any, use_tree_cache: bool = True) -> None:
+        req.init_next_round_input(self.tree_cache if use_tree_cache else None)
+
+    def cache_unfinished_req(self, req: Any, chunked: bool = False) -> None:
+        self.tree_cache.cache_unfinished_req(req, chunked=chunked)
+
+    def cache_finished_req(self, req: Any) -> None:
+        self.tree_cache.cache_finished_req(req)
+
+    def out_of_memory(self, exc: BaseException) -> bool:
+        """Is ``exc`` this model's out-of-memory error (``mem_cache.common``)?"""
+        return isinstance(exc, RuntimeError) and ("out of KV memory" in str(exc) or "out of request rows" in str(exc))
+
+    def tree_contents(self) -> list[tuple]:
+        return self.tree_cache.contents()
+
+    def all_tree_slots(self) -> list[int]:
+        return self.tree_cache.all_values_flatten().tolist() if isinstance(self.tree_cache, RadixCache) else []
+
 
 def build_world(
     version: str,

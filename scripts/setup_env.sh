@@ -15,9 +15,20 @@ if [ ! -x "$venv/bin/python" ]; then
   "$python" -m venv "$venv" >&2
 fi
 py="$venv/bin/python"
-if ! "$py" -c 'import torch, triton, hypothesis, pytest, xdist, kernels' >/dev/null 2>&1; then
+# "Installed" means: the environment imports everything (kernels FIRST: it fixes Triton's mode, and
+# importing triton before it raises on purpose), has the console script, and was installed from
+# this very pyproject.toml (its hash is stamped in the environment). Then nothing is installed and
+# no network is needed, so a second run works offline.
+stamp="$venv/.kvparity-installed"
+want=$(cd "$root" && "$python" -c 'import hashlib,sys; print(hashlib.sha256(open("pyproject.toml","rb").read()).hexdigest())')
+installed() {
+  [ -x "$venv/bin/kvparity" ] && [ "$(cat "$stamp" 2>/dev/null)" = "$want" ] \
+    && (cd "$root" && "$py" -c 'import kernels, torch, triton, hypothesis, pytest, xdist, parity') >/dev/null 2>&1
+}
+if ! installed; then
   "$py" -m pip install -q --upgrade pip >&2
   "$py" -m pip install -q "${KVPARITY_TORCH:-torch==2.13.0}" >&2
   "$py" -m pip install -q -e "$root[test]" >&2
+  echo "$want" > "$stamp"
 fi
 echo "$py"
