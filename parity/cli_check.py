@@ -20,6 +20,7 @@ USAGE_ERROR = 2
 TARGETS = ("prepare_for_extend", "write_cache_indices", "get_last_loc", "alloc_extend")
 DEFAULT_EXAMPLES = 800  # scenarios, 80 per template
 DEFAULT_CANDIDATE_EXAMPLES = 200  # kernel-level batches
+DEFAULT_REAL_EXAMPLES = 400  # scenarios with real SGLang worlds, 40 per template
 
 
 def add(commands: argparse._SubParsersAction, parser_class: type) -> None:
@@ -32,6 +33,9 @@ def add(commands: argparse._SubParsersAction, parser_class: type) -> None:
     sub.add_argument("--examples", type=int, default=None, help=f"scenarios or batches (default {DEFAULT_EXAMPLES})")
     sub.add_argument("--seed", type=int, default=None, help="random seed (default: derandomized, same every run)")
     sub.add_argument("--profile", default="ci", help="Hypothesis profile for scenario shapes: ci, dev, nightly, mutation")
+    sub.add_argument("--sglang", metavar="A", help="check real SGLang A (a version such as 0.5.3, or a folder holding "
+                     "the sglang package): against kvparity's model of the same version, or against --against B")
+    sub.add_argument("--against", metavar="B", help="the reference for --sglang: another real SGLang (version or folder)")
     sub.add_argument("--json", metavar="PATH", help="write the verdict as JSON")
     sub.add_argument("--repro", metavar="PATH", help="write a script that replays the counterexample")
     sub.set_defaults(func=run)
@@ -71,6 +75,8 @@ def run(args: argparse.Namespace) -> int:
         return USAGE_ERROR
     print(f"kvparity check: target {args.target}; {runtime.describe()}; profile {args.profile}"
           + (f", seed {args.seed}" if args.seed is not None else ", derandomized"))
+    if args.sglang is not None or args.against is not None:
+        return _check_real(args)
     if args.candidate is None:
         if args.target != "prepare_for_extend":
             print(f"kvparity check: --target {args.target} needs --candidate (without one, kvparity checks this "
@@ -90,18 +96,73 @@ def _worlds(backend: str) -> tuple[tuple[str, str], ...]:
     return (reference, *others)
 
 
-def _check_repository(args: argparse.Namespace) -> int:
+# The version kvparity's own model implements, per SGLang release it models.
+MODELLED = {"0.5.3": "legacy", "0.5.3.post1": "refactored"}
+
+
+def _real_usage_problem(args: argparse.Namespace) -> str | None:
+    if args.sglang is None:
+        return "--against needs --sglang (the real SGLang to check against it)"
+    if args.candidate is not None:
+        return "--sglang checks a real SGLang's whole path and takes no --candidate"
+    if args.target != "prepare_for_extend":
+        return f"--sglang checks the whole prepare_for_extend path; --target {args.target} does not apply"
+    return None
+
+
+def _check_real(args: argparse.Namespace) -> int:
+    """``--sglang A [--against B]``: real SGLang A against real B, or against kvparity's model."""
+    problem = _real_usage_problem(args)
+    if problem:
+        print(f"kvparity check: {problem}", file=sys.stderr)
+        return USAGE_ERROR
+    from parity.real import RealSGLangError
+    from parity.real.install import resolve
+    from parity.real.lane import RealLane
+
+    backends = ("torch", "triton") if args.backend == "all" else (args.backend,)
+    try:
+        checked = resolve(args.sglang)
+        reference = resolve(args.against) if args.against is not None else None
+        if reference is None and checked.version not in MODELLED:
+            print(f"kvparity check: --sglang {args.sglang}: kvparity models only {', '.join(MODELLED)}; "
+                  f"give the reference with --against (e.g. --against 0.5.3.post1)", file=sys.stderr)
+            return USAGE_ERROR
+        lane = RealLane([checked] if reference is None else [reference, checked], backends)
+        lane.start()
+    except RealSGLangError as exc:
+        print(f"kvparity check: {exc}", file=sys.stderr)
+        return USAGE_ERROR
+    with lane:
+        if reference is None:
+            worlds: tuple[tuple[str, str], ...] = ((MODELLED[checked.version], backends[0]),)
+        else:
+            worlds = (("legacy", "torch"),)  # only decides where a scenario leaves the server's path
+        return _check_repository(args, worlds=worlds, lane=lane, real_reference=reference is not None,
+                                 default_examples=DEFAULT_REAL_EXAMPLES)
+
+
+def _check_repository(
+    args: argparse.Namespace,
+    *,
+    worlds: tuple[tuple[str, str], ...] | None = None,
+    lane: object = None,
+    real_reference: bool = False,
+    default_examples: int = DEFAULT_EXAMPLES,
+) -> int:
     from parity.classes import REQUIRED
     from parity.harness_check import check_repository
 
-    worlds = _worlds(args.backend)
-    verdict = check_repository(worlds, args.examples or DEFAULT_EXAMPLES, args.seed)
+    worlds = worlds or _worlds(args.backend)
+    verdict = check_repository(worlds, args.examples or default_examples, args.seed, lane=lane,
+                               real_reference=real_reference)
     names = verdict.worlds
-    print(f"{'world pair':<42} {'scenarios':>9}  verdict")
+    width = max(42, *(len(f"{names[0]} vs {n}") for n in names[1:]))
+    print(f"{'world pair':<{width}} {'scenarios':>9}  verdict")
     diverged = verdict.diverged
     for name in names[1:]:
         pair = f"{names[0]} vs {name}"
-        print(f"{pair:<42} {verdict.scenarios:>9}  {'DIVERGENCE' if name in diverged else 'parity'}")
+        print(f"{pair:<{width}} {verdict.scenarios:>9}  {'DIVERGENCE' if name in diverged else 'parity'}")
     print(f"scenario classes reached: {len(verdict.required_reached)}/{len(REQUIRED)}")
     for missing in (c for c in REQUIRED if c not in verdict.classes):
         print(f"  not reached: {missing}")

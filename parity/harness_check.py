@@ -7,10 +7,12 @@ failure is shrunk by Hypothesis and returned as a readable report.
 
 from __future__ import annotations
 
+import functools
 import sys
 import time
 from collections import Counter
 from dataclasses import dataclass, field
+from typing import Any
 
 from hypothesis import Verbosity, given, seed, settings
 
@@ -70,55 +72,85 @@ class Progress:
 
 
 def check_repository(
-    worlds: tuple[tuple[str, str], ...], examples: int, random_seed: int | None
+    worlds: tuple[tuple[str, str], ...],
+    examples: int,
+    random_seed: int | None,
+    *,
+    lane: Any = None,
+    real_reference: bool = False,
 ) -> HarnessVerdict:
     """Play about ``examples`` scenarios (split over the templates) in ``worlds``; the first world
-    is the reference. ``random_seed`` None means derandomized (the same scenarios every run)."""
+    is the reference. ``random_seed`` None means derandomized (the same scenarios every run).
+    ``lane`` adds real SGLang worlds; with ``real_reference`` its first world is the reference
+    (``parity.runner.run_scenario``)."""
     names = tuple(f"{v}/{b}" for v, b in worlds)
+    if lane is not None:
+        names = tuple(lane.names) if real_reference else names + tuple(lane.names)
     verdict = HarnessVerdict(names)
+    play_one = functools.partial(run_scenario, worlds=worlds, lane=lane, real_reference=real_reference)
     per_template = max(1, examples // len(TEMPLATES))
     progress = Progress(per_template * len(TEMPLATES))
     started = time.monotonic()
     failing: list[tuple[Scenario, RunResult]] = []
     try:
         for template in TEMPLATES:
-            _play_template(template, worlds, per_template, random_seed, verdict, failing, progress)
+            _play_template(template, play_one, per_template, random_seed, verdict, failing, progress)
             if failing:
                 break
     finally:
         progress.close()
     if failing:
-        scenario, result = failing[-1]  # Hypothesis replays the shrunk example last
+        scenario, result = _preferred(failing)
         verdict.verdict = "divergence"
         verdict.scenario = scenario
         verdict.counterexample = format_failure(result)
         verdict.diverged = {d.world for d in result.divergences} | {v.split(":", 1)[0] for v in result.violations}
+        verdict.worlds = result.worlds
     verdict.seconds = time.monotonic() - started
     return verdict
 
 
-def _play_template(template, worlds, count, random_seed, verdict, failing, progress) -> None:
+def _play_template(template, play_one, count, random_seed, verdict, failing, progress) -> None:
     chosen = settings(
         settings(), max_examples=count, database=None, derandomize=random_seed is None, verbosity=Verbosity.quiet
     )
 
     def play(scenario: Scenario) -> None:
-        result = run_scenario(scenario, worlds)
+        result = play_one(scenario)
         verdict.scenarios += 1
         verdict.classes |= result.classes
         verdict.findings.update({d.known_defect for d in result.findings})
         for d in result.findings:
             verdict.finding_examples.setdefault(d.known_defect, f"{d.what}: {d.detail}\n{scenario.to_python()}")
         progress.update(verdict.scenarios)
+        if result.divergences:
+            failing.append((scenario, result))
+            raise WorldsDisagree(format_failure(result))
         if not result.ok:
             failing.append((scenario, result))
-            raise AssertionError(format_failure(result))
+            raise OracleFailed(format_failure(result))
 
     test = chosen(given(scenarios(templates=(template,)))(play))
     if random_seed is not None:
         test = seed(random_seed)(test)
     try:
         test()
-    except AssertionError:
+    except Exception:  # one of ours, or an ExceptionGroup of both kinds (Hypothesis reports each)
         if not failing:
             raise
+
+
+class WorldsDisagree(AssertionError):
+    """Some world differs from the reference (cells, fields, stages)."""
+
+
+class OracleFailed(AssertionError):
+    """Every world agrees, but an oracle that does not trust the reference failed."""
+
+
+def _preferred(failing: list[tuple[Scenario, RunResult]]) -> tuple[Scenario, RunResult]:
+    """The counterexample to show. Hypothesis shrinks a disagreement and an oracle failure as two
+    bugs and replays each shrunk example last; a disagreement shows the differing cells, so it
+    wins. (Hypothesis replays the shrunk example of each bug after its search.)"""
+    disagreements = [f for f in failing if f[1].divergences]
+    return (disagreements or failing)[-1]

@@ -30,13 +30,14 @@ def _short(values: list[int], limit: int = 8) -> str:
 
 
 def difference_table(diffs: list[Difference], limit: int = 20) -> str:
-    lines = [f"{'world':<18} {'row':>4} {'columns':<10} {'expected':<34} got"]
+    w = max([18] + [len(d.world) for d in diffs])
+    lines = [f"{'world':<{w}} {'row':>4} {'columns':<10} {'expected':<34} got"]
     for diff in diffs:
         if not diff.cells:
-            lines.append(f"{diff.world:<18} {'':>4} {'':<10} {diff.what}: {diff.detail}")
+            lines.append(f"{diff.world:<{w}} {'':>4} {'':<10} {diff.what}: {diff.detail}")
             continue
         for row, cols, expected, got in _column_runs(diff.cells):
-            lines.append(f"{diff.world:<18} {row:>4} {cols:<10} {_short(expected):<34} {_short(got)}")
+            lines.append(f"{diff.world:<{w}} {row:>4} {cols:<10} {_short(expected):<34} {_short(got)}")
         if len(lines) > limit:
             lines.append("...")
             break

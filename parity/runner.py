@@ -4,6 +4,7 @@ the reference (the first world: legacy on torch) and run the oracles on each wor
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 from kernels import runtime
 from parity.classes import classify
@@ -58,6 +59,7 @@ class Lockstep:
         self.oracles = oracles
         self.result = RunResult(scenario, self.names)
         self.last = {name: take_snapshot(s, _start_record()) for name, s in self.schedulers.items()}
+        self.reference_stages: list[Snapshot] = [self.last[self.names[0]]]  # the start, then every stage
         self._compare([self.last])
 
     @property
@@ -85,6 +87,7 @@ class Lockstep:
         reference = stages[self.names[0]]
         records = [s.record for s in reference]
         self.result.records += records
+        self.reference_stages += reference
         counts = {name: len(stages[name]) for name in self.names}
         if len(set(counts.values())) != 1:
             self.result.divergences.append(
@@ -118,14 +121,75 @@ def run_scenario(
     worlds: tuple[tuple[str, str], ...] = ALL_WORLDS,
     *,
     oracles: bool = True,
+    lane: Any = None,
+    real_reference: bool = False,
 ) -> RunResult:
     """Play ``scenario`` in ``worlds`` until its end, the first divergence or violation, or a
-    halt (an allocation failure ends a scenario: after it the versions differ by design)."""
-    lockstep = Lockstep(scenario, worlds, oracles=oracles)
+    halt (an allocation failure ends a scenario: after it the versions differ by design).
+
+    ``lane`` (a ``parity.real.lane.RealLane``) adds real SGLang worlds, compared with the same
+    reference once the modelled worlds have played. With ``real_reference`` the lane's first world
+    is the reference instead, and ``worlds`` (then usually just one) only decide where the
+    scenario leaves the server's path: real SGLang is never compared after a prefill runs out of
+    memory (SPEC 6), where its kernels may even crash."""
+    lockstep = Lockstep(scenario, worlds, oracles=oracles and not real_reference)
     for index, step in enumerate(scenario.steps):
         if lockstep.failed or lockstep.halted:
             break
         lockstep.play(index, step)
     result = lockstep.result
+    if lane is not None and (result.ok or real_reference):
+        compare_real(lockstep, lane, oracles=oracles, real_reference=real_reference)
     result.classes = classify(scenario, result.records)
     return result
+
+
+def off_path_step(records: list[StageRecord]) -> int | None:
+    """The first step whose stage did not end "ok" (a prefill out of memory: off SGLang's path)."""
+    return next((r.step for r in records if r.outcome != "ok"), None)
+
+
+def compare_real(lockstep: Lockstep, lane: Any, *, oracles: bool, real_reference: bool) -> None:
+    """Play the lane's real worlds up to the off-path step and compare them, stage by stage, with
+    the reference (the modelled reference, or the lane's first world)."""
+    result = lockstep.result
+    stop = off_path_step(result.records)
+    played = lane.play(result.scenario, stop)
+    if real_reference:
+        result.worlds = tuple(lane.names)
+        result.divergences, result.violations, result.findings = [], [], []
+        ref_name = lane.names[0]
+        ref = played[ref_name]
+        if not isinstance(ref, list):
+            result.divergences.append(Difference(ref_name, ref_name, "real SGLang failed", ref.line()))
+            return
+        for snap in ref:
+            lockstep._upstream_defects(ref_name, snap)
+    else:
+        result.worlds = result.worlds + tuple(lane.names)
+        ref_name = lockstep.names[0]
+        ref = [s for s in lockstep.reference_stages if s.record.step < (stop if stop is not None else 1 << 30)]
+    for name, got in played.items():
+        if not isinstance(got, list):
+            result.divergences.append(Difference(name, ref_name, "real SGLang failed", got.line()))
+            continue
+        if oracles:
+            for before, after in zip(got, got[1:]):
+                result.violations += [f"{name}: {p}" for p in check_stage(result.scenario, before, after)]
+        if name != ref_name:
+            _compare_stages(result, ref_name, ref, name, got)
+
+
+def _compare_stages(result: RunResult, ref_name: str, ref: list[Snapshot], name: str, got: list[Snapshot]) -> None:
+    for r_snap, g_snap in zip(ref, got):
+        diffs = compare(ref_name, r_snap, name, g_snap)
+        result.findings += [d for d in diffs if d.known_defect]
+        bad = [d for d in diffs if not d.known_defect]
+        if bad:
+            result.divergences += bad
+            result.first_difference = r_snap.record
+            return
+    if len(ref) != len(got):
+        steps = f"{len(got) - 1} stages against the reference's {len(ref) - 1}"
+        result.divergences.append(Difference(name, ref_name, "stages", steps))
+        result.first_difference = (ref[min(len(ref), len(got)) - 1]).record

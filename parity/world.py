@@ -46,13 +46,26 @@ class Geometry:
     need_sort: bool = False
 
 
+# Real SGLang worlds (parity.real.lane) register their label here: "sglang-0.5.3" -> "legacy".
+REAL_FAMILIES: dict[str, str] = {}
+
+
+def register_family(label: str, version_family: str) -> None:
+    """Say which family a real SGLang world's label behaves as (legacy or refactored)."""
+    if version_family not in VERSIONS:
+        raise ValueError(f"family={version_family!r}: expected one of {VERSIONS}")
+    REAL_FAMILIES[label] = version_family
+
+
 def family(version: str) -> str:
     """The SGLang version a world's version behaves as (what comparisons and goldens key on)."""
     if version in VERSIONS:
         return version
     if version in EXTRA_VERSIONS:
         return EXTRA_VERSIONS[version]
-    raise ValueError(f"version={version!r}: expected one of {VERSIONS + tuple(EXTRA_VERSIONS)}")
+    if version in REAL_FAMILIES:
+        return REAL_FAMILIES[version]
+    raise ValueError(f"version={version!r}: expected one of {VERSIONS + tuple(EXTRA_VERSIONS)} or a real SGLang world")
 
 
 # Imported on first use: a world of one version does not import the others.

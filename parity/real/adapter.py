@@ -102,6 +102,15 @@ def verify_entry(entry: VersionEntry) -> list[str]:
     release = list(inspect.signature(sg.ScheduleBatch.release_req).parameters)[1:]
     if tuple(release) != entry.release_req_params:
         problems.append(f"ScheduleBatch.release_req takes {release}, the entry says {list(entry.release_req_params)}")
+    return problems
+
+
+def behaviour_notes(entry: VersionEntry) -> list[str]:
+    """Where the imported SGLang behaves otherwise than the release ``entry`` records (a checkout
+    or a patched copy may: that is what kvparity then checks). The adapter needs none of these
+    facts, so they are reported, never refused."""
+    problems: list[str] = []
+    sg = sglang_for(entry)
     release_src = inspect.getsource(sg.ScheduleBatch.release_req)
     no_insert = "is_insert=False" in release_src
     if no_insert != (entry.release_req_kind == "cache_finished_req_no_insert"):

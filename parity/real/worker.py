@@ -146,6 +146,7 @@ class RealWorker:
         self.next_id = 0
         self.starts = 0
         self.info: dict[str, Any] = {}
+        self.last_stderr = ""
 
     @property
     def label(self) -> str:
@@ -228,6 +229,7 @@ class RealWorker:
                         pass
             self.proc = None
         if self.stderr_file is not None:
+            self.last_stderr = self.stderr_tail(80)  # what a died or hung worker said last
             self.stderr_file.close()
             self.stderr_file = None
 
@@ -244,7 +246,7 @@ class RealWorker:
             self.proc.wait(timeout=5)
         except subprocess.TimeoutExpired:
             pass
-        exc = WorkerDied(method, self.proc.returncode, self.stderr_tail(), self.label)
+        exc = WorkerDied(method, self.proc.returncode, self.stderr_tail(80), self.label)
         self.close()
         return exc
 
@@ -519,6 +521,7 @@ def _startup(args: argparse.Namespace, ctx: Context) -> None:
     problems = adapter.verify_entry(entry)
     if problems:
         raise RealSGLangError(f"the adapter entry for {entry.version} does not match the imported SGLang: {'; '.join(problems)}")
+    ctx.info["differs_from_release"] = adapter.behaviour_notes(entry)
     ctx.entry = entry
     ctx.sglang_dir = folder
     ctx.info.update(
