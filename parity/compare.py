@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 import torch
 
 from parity.snapshot import REQUEST_FIELDS, Snapshot
-from parity.world import family
+from parity.world import REAL_RELEASES, family
 
 ALLOWED = {
     "prefix type": "legacy [] vs refactored empty int64 tensor; chunk cache int32 view vs int64 copy",
@@ -21,6 +21,19 @@ ALLOWED = {
     "legacy chunk-cache alias": "legacy's view prefix reads a freed row that was taken again (a legacy defect)",
 }
 ALIAS_DEFECT = "legacy chunk-cache alias"
+
+# Known differences between real SGLang releases (on top of ALLOWED): each one a run meets is
+# reported as a finding, never silently as parity. Key: name; value: (the release that changed
+# it, why). Matched by ``_known_version_difference``.
+KNOWN_VERSION_DIFFERENCES = {
+    "0.5.4 keeps req_pool_idx after retract": (
+        "0.5.4", "Req.reset_for_retract no longer clears req_pool_idx: a retracted request keeps the index of the "
+        "row it gave back (the row itself is free; the next prepare_for_extend sets a new one)"),
+    "0.5.3.post2 frees the paged tail last": (
+        "0.5.3.post2", "RadixCache.cache_finished_req frees the unaligned tail after the duplicate pages, not before: "
+        "the same pages are freed in another order, so the free list differs only in order (later slots are "
+        "renumbered, which only a comparison up to renumbering can follow)"),
+}
 
 
 @dataclass
@@ -81,7 +94,9 @@ def compare(ref_name: str, ref: Snapshot, name: str, got: Snapshot) -> list[Diff
     for attr in ("free_pages", "release_pages"):
         a, b = getattr(ref, attr), getattr(got, attr)
         if a.dtype != b.dtype or not torch.equal(a, b):
-            add(f"allocator {attr}", f"{b.tolist()} ({b.dtype}) != {a.tolist()} ({a.dtype})")
+            same_set = a.dtype == b.dtype and sorted(a.tolist()) == sorted(b.tolist())
+            known = _known_version_difference(ref_name, name, "0.5.3.post2 frees the paged tail last") if same_set else None
+            add(f"allocator {attr}", f"{b.tolist()} ({b.dtype}) != {a.tolist()} ({a.dtype})", known_defect=known)
     for attr in ("available_size", "free_rows", "tree"):
         if getattr(ref, attr) != getattr(got, attr):
             add(attr, f"{getattr(got, attr)} != {getattr(ref, attr)}")
@@ -90,6 +105,23 @@ def compare(ref_name: str, ref: Snapshot, name: str, got: Snapshot) -> list[Diff
             continue  # ALLOWED "after allocation failure"
         diffs += _request_diffs(rid, r_view, got.requests[rid], name, ref_name, cross_version)
     return diffs
+
+
+def _release(world: str) -> str | None:
+    return REAL_RELEASES.get(world.split("/", 1)[0])
+
+
+def _known_version_difference(ref_name: str, name: str, key: str) -> str | None:
+    """``key`` when exactly one of the two worlds is a real release from the one that made the
+    change on (so the difference is that release's intended change), else None."""
+    from parity.real.versions import version_key
+
+    since = KNOWN_VERSION_DIFFERENCES[key][0]
+    releases = [_release(ref_name), _release(name)]
+    if None in releases:
+        return None
+    newer = [version_key(r) >= version_key(since) for r in releases]
+    return key if newer[0] != newer[1] else None
 
 
 def _aliases_a_row_it_left(view) -> bool:
@@ -105,6 +137,8 @@ def _request_diffs(rid, r_view, g_view, name, ref_name, cross_version) -> list[D
         if a == b:
             continue
         defect = None
+        if attr == "req_pool_idx" and r_view.status == "waiting" and None in (a, b):
+            defect = _known_version_difference(ref_name, name, "0.5.4 keeps req_pool_idx after retract")
         if attr == "prefix_values" and cross_version:
             legacy_view = r_view if _version(ref_name) == "legacy" else g_view
             if _aliases_a_row_it_left(legacy_view):

@@ -46,15 +46,19 @@ class Geometry:
     need_sort: bool = False
 
 
-# Real SGLang worlds (parity.real.lane) register their label here: "sglang-0.5.3" -> "legacy".
+# Real SGLang worlds (parity.real.lane) register their label here: "sglang-0.5.3" -> "legacy",
+# and the release it is ("0.5.3"), for the known differences between releases.
 REAL_FAMILIES: dict[str, str] = {}
+REAL_RELEASES: dict[str, str] = {}
 
 
-def register_family(label: str, version_family: str) -> None:
+def register_family(label: str, version_family: str, release: str | None = None) -> None:
     """Say which family a real SGLang world's label behaves as (legacy or refactored)."""
     if version_family not in VERSIONS:
         raise ValueError(f"family={version_family!r}: expected one of {VERSIONS}")
     REAL_FAMILIES[label] = version_family
+    if release is not None:
+        REAL_RELEASES[label] = release
 
 
 def family(version: str) -> str:

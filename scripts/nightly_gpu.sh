@@ -9,6 +9,8 @@
 #                 with PYTORCH_NO_CUDA_MEMORY_CACHING=1 (each tensor its own allocation)
 #     race        batches whose requests share a row are refused by the input checks
 #     bench       benchmarks/write_kernels.py (table, JSON) and benchmarks/plot.py (PNG)
+#     real        real SGLang with compiled Triton: `kvparity check --sglang 0.5.3.post1 --against
+#                 0.5.3` and the faithfulness lane (kvparity's model against real 0.5.3 / 0.5.3.post1)
 #
 # Environment:
 #   PYTHON                 the interpreter with torch (CUDA build), triton, hypothesis, pytest, xdist
@@ -16,6 +18,8 @@
 #   KVPARITY_MAX_EXAMPLES  cap examples per property (a time-boxed run; default: the profile's)
 #   KVPARITY_REPORTS       where reports go (default: reports/)
 #   COMPUTE_SANITIZER      the compute-sanitizer binary (default: on PATH, else under CUDA_HOME)
+#   KVPARITY_SGLANG_WHEELS a folder of SGLang wheels for the real lane on a machine without a network
+#                          (fill it where there is one: bash scripts/fetch_sglang_wheels.sh DIR)
 # Exit status: 2 without a usable CUDA device, else 1 if any lane failed, else 0.
 set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
@@ -23,7 +27,7 @@ py=${PYTHON:-python3}
 reports=${KVPARITY_REPORTS:-reports}
 mkdir -p "$reports"
 lanes=("$@")
-[ ${#lanes[@]} -eq 0 ] && lanes=(properties golden memcheck race bench)
+[ ${#lanes[@]} -eq 0 ] && lanes=(properties golden memcheck race bench real)
 
 if ! "$py" -c 'import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)'; then
   echo "nightly_gpu.sh: $py sees no CUDA device; this job needs one (the CPU lane is .ci/run)" >&2
@@ -65,6 +69,15 @@ lane_memcheck() {
     --print-limit 20 "$py" scripts/sanitizer_scenarios.py
 }
 
+lane_real() {
+  "$py" -m parity.real.install 0.5.3 0.5.3.post1 || return 1
+  "$py" -m parity check --sglang 0.5.3.post1 --against 0.5.3 --json "$reports/real.json" | tee "$reports/real.txt"
+  local status=${PIPESTATUS[0]}
+  "$py" -m pytest -q -p no:cacheprovider tests/properties/test_faithfulness.py --junitxml="$reports/faithfulness.xml" \
+    || status=1
+  return "$status"
+}
+
 lane_race() {
   # -rs: a GPU test that skipped would say why; on this job none may skip.
   "$py" -m pytest -q -s -rs -p no:cacheprovider tests/unit/test_race_lane.py | tee "$reports/race.txt"
@@ -92,7 +105,7 @@ summary="$reports/summary.md"
 printf '## kvparity nightly GPU job\n\nseed %s\n\n| lane | result | seconds |\n|---|---|---|\n' "$KVPARITY_SEED" > "$summary"
 for lane in "${lanes[@]}"; do
   if ! declare -F "lane_$lane" >/dev/null; then
-    echo "unknown lane '$lane' (lanes: properties golden memcheck race bench)" >&2
+    echo "unknown lane '$lane' (lanes: properties golden memcheck race bench real)" >&2
     exit 2
   fi
   echo

@@ -28,7 +28,10 @@ installed() {
 if ! installed; then
   "$py" -m pip install -q --upgrade pip >&2
   "$py" -m pip install -q "${KVPARITY_TORCH:-torch==2.13.0}" >&2
-  "$py" -m pip install -q -e "$root[test]" >&2
+  "$py" -m pip install -q -e "$root[test,real]" >&2
   echo "$want" > "$stamp"
 fi
+# The two real SGLang releases of the main job and the faithfulness lane, installed once into the
+# per-user cache (offline afterwards; KVPARITY_SGLANG_WHEELS=DIR installs from a wheel folder).
+(cd "$root" && "$py" -m parity.real.install 0.5.3 0.5.3.post1) >&2
 echo "$py"

@@ -216,3 +216,26 @@ def resolve(
         raise RealSGLangError(f"the wheel folder {wheels!r} given by {ENV_WHEELS} does not exist")
     _install(version, dest, pip or run_pip)
     return SGLangSource(str(dest.resolve()), version, "pip")
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m parity.real.install VERSION|PATH ...``: resolve (installing on first use) and
+    print each folder; exit 2 with one sentence per failure."""
+    import argparse
+
+    parser = argparse.ArgumentParser(prog="python -m parity.real.install", description=main.__doc__)
+    parser.add_argument("specs", nargs="+", metavar="VERSION|PATH")
+    status = 0
+    for spec in parser.parse_args(argv).specs:
+        try:
+            source = resolve(spec)
+        except RealSGLangError as exc:
+            print(f"kvparity: {exc}", file=sys.stderr)
+            status = 2
+            continue
+        print(f"sglang {source.version}: {source.path} ({source.origin})")
+    return status
+
+
+if __name__ == "__main__":
+    sys.exit(main())

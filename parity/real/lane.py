@@ -26,11 +26,12 @@ DEFAULT_TIMEOUT_S = 120.0
 
 
 def source_label(source: SGLangSource) -> str:
-    """``sglang-0.5.3`` for an installed release; ``<folder>-<version>`` for a path (a checkout)."""
+    """``sglang-0.5.3`` for an installed release; ``<folder>@<version>`` for a path (a checkout's
+    ``python/`` folder is named after the checkout)."""
     if source.origin == "path":
         folder = Path(source.path).resolve()
         name = folder.parent.name if folder.name == "python" else folder.name
-        return f"{name}-{source.version}"
+        return f"{name}@{source.version}"
     return f"sglang-{source.version}"
 
 
@@ -79,7 +80,7 @@ class RealLane:
         self.backends = tuple(backends)
         self.labels = [source_label(s) for s in self.sources]
         for label, source in zip(self.labels, self.sources):
-            register_family(label, source.entry.family)
+            register_family(label, source.entry.family, source.version)
         self.workers = {
             label: RealWorker(source, plugins=("parity.real.play",), call_timeout=timeout)
             for label, source in zip(self.labels, self.sources)

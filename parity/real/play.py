@@ -13,6 +13,7 @@ import sys
 import time
 from typing import Any
 
+from kernels import runtime
 from parity.real.adapter import build_real_world
 from parity.real.worker import Context, remote
 from parity.scenario import scenario_from_dict
@@ -35,7 +36,8 @@ def play(ctx: Context, backend: str, scenario: dict[str, Any], stop_before: int 
     entry = ctx.require_sglang()
     parsed = scenario_from_dict(scenario)
     started = time.monotonic()
-    world = build_real_world(entry, backend, Geometry(**scenario["geometry"]), parsed.cache_kind)
+    device = str(runtime.DEVICE)  # the CPU under Triton's interpreter, or the GPU (compiled Triton)
+    world = build_real_world(entry, backend, Geometry(**scenario["geometry"]), parsed.cache_kind, device)
     scheduler = Scheduler(world, parsed)
     snapshots = [snapshot_to_plain(take_snapshot(scheduler, StageRecord(step=-1, kind="start")))]
     for index, step in enumerate(parsed.steps):
