@@ -20,9 +20,20 @@ import tempfile
 # The controller picks one base directory (the user's TRITON_CACHE_DIR, or a fresh temporary one);
 # workers inherit it through the environment and each takes its own sub-directory.
 _worker = os.environ.get("PYTEST_XDIST_WORKER", "main")
-_base = os.environ.setdefault(
-    "KVPARITY_TRITON_CACHE_BASE", os.environ.get("TRITON_CACHE_DIR") or tempfile.mkdtemp(prefix="kvparity-triton-")
-)
+# Folders this process made (not inherited through the environment): removed when it ends, so a
+# run leaves no kvparity-* folders behind in the temporary directory.
+_MADE: list[str] = []
+
+
+def _made(prefix: str) -> str:
+    path = tempfile.mkdtemp(prefix=prefix)
+    _MADE.append(path)
+    return path
+
+
+if "KVPARITY_TRITON_CACHE_BASE" not in os.environ:
+    os.environ["KVPARITY_TRITON_CACHE_BASE"] = os.environ.get("TRITON_CACHE_DIR") or _made("kvparity-triton-")
+_base = os.environ["KVPARITY_TRITON_CACHE_BASE"]
 os.environ["TRITON_CACHE_DIR"] = os.path.join(_base, f"worker-{_worker}")
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
@@ -44,7 +55,8 @@ PROPERTY_FILE = "tests/properties/test_parity.py"
 
 
 def pytest_configure(config):
-    os.environ.setdefault(ledger.ENV, tempfile.mkdtemp(prefix="kvparity-ledger-"))
+    if ledger.ENV not in os.environ:
+        os.environ[ledger.ENV] = _made("kvparity-ledger-")
     if PROFILE == "nightly":
         # A random seed, printed, shared by every worker (they inherit the environment).
         seed = int(os.environ.setdefault("KVPARITY_SEED", str(random.getrandbits(32))))
@@ -90,6 +102,13 @@ def pytest_sessionfinish(session, exitstatus):
     if missing and _full_property_run(reporter):
         reporter.write_line(f"kvparity: the {PROFILE} profile never reached: {', '.join(missing)}", red=True)
         session.exitstatus = 1
+
+
+def pytest_unconfigure(config):
+    import shutil
+
+    for path in _MADE:
+        shutil.rmtree(path, ignore_errors=True)
 
 
 @pytest.fixture

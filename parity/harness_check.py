@@ -17,6 +17,7 @@ from typing import Any
 from hypothesis import Verbosity, given, seed, settings
 
 from parity.classes import REQUIRED
+from parity.minimize import failure_kind, minimize
 from parity.report import format_failure
 from parity.runner import RunResult, run_scenario
 from parity.scenario import Scenario
@@ -101,6 +102,7 @@ def check_repository(
         progress.close()
     if failing:
         scenario, result = _preferred(failing)
+        scenario, result = _minimal(scenario, result, play_one)
         verdict.verdict = "divergence"
         verdict.scenario = scenario
         verdict.counterexample = format_failure(result)
@@ -138,6 +140,19 @@ def _play_template(template, play_one, count, random_seed, verdict, failing, pro
     except Exception:  # one of ours, or an ExceptionGroup of both kinds (Hypothesis reports each)
         if not failing:
             raise
+
+
+def _minimal(scenario: Scenario, result: RunResult, play_one) -> tuple[Scenario, RunResult]:
+    """Remove what plays no part (``parity.minimize``), keeping the kind of failure."""
+    kind = failure_kind(result)
+    results: dict[Scenario, RunResult] = {}
+
+    def fails(candidate: Scenario) -> bool:
+        results[candidate] = play_one(candidate)
+        return failure_kind(results[candidate]) == kind
+
+    smallest = minimize(scenario, fails)
+    return (scenario, result) if smallest == scenario else (smallest, results[smallest])
 
 
 class WorldsDisagree(AssertionError):

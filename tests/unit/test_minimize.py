@@ -1,0 +1,52 @@
+"""Reported counterexamples are minimal: no request, step, name or token can be removed with the
+failure kept (``parity.minimize``, applied after Hypothesis's shrinking)."""
+
+from __future__ import annotations
+
+import torch
+
+import refactored.schedule_batch
+from parity.harness_check import check_repository
+from parity.minimize import failure_kind, minimize, smaller
+from parity.runner import run_scenario
+from parity.scenario import Decode, Extend, RequestSpec, Retract, Scenario
+from parity.world import Geometry
+
+TORCH_WORLDS = (("legacy", "torch"), ("refactored", "torch"))
+
+
+def test_minimize_keeps_only_what_the_failure_needs():
+    """The failure: some request's prompt holds token 7. Everything else goes: the other
+    requests, their steps, the other tokens."""
+    scenario = Scenario(
+        Geometry(4, 16, 64), "radix",
+        (RequestSpec("a", (1, 2, 3)), RequestSpec("b", (5, 7, 9)), RequestSpec("c", (4,), arrival=2)),
+        (Extend(("a", "b")), Decode(finish=("a",)), Extend(("c",)), Retract("c")),
+    )
+    smallest = minimize(scenario, lambda s: any(7 in r.tokens for r in s.requests))
+    assert smallest.requests == (RequestSpec("b", (7,)),)
+    assert len(smallest.steps) == 1
+
+
+def test_removing_a_step_moves_later_arrivals_earlier():
+    scenario = Scenario(Geometry(4, 16, 64), "chunk", (RequestSpec("a", (1,)), RequestSpec("b", (2,), arrival=2)),
+                        (Extend(("a",)), Decode(), Extend(("b",))))
+    without_decode = [s for s in smaller(scenario) if s.steps == (Extend(("a",)), Extend(("b",)))]
+    assert [s.request("b").arrival for s in without_decode] == [1]
+
+
+def test_a_planted_bug_is_reported_with_nothing_removable(monkeypatch):
+    """refactored last_loc from the second-to-last prefix element: the reported scenario fails, and
+    no scenario one removal smaller does."""
+
+    def second_to_last(prefix_tensors, device):
+        pieces = [p[-2:-1] if len(p) > 1 else torch.tensor([-1], dtype=torch.int64, device=device) for p in prefix_tensors]
+        return torch.cat([p.to(device) for p in pieces])
+
+    monkeypatch.setattr(refactored.schedule_batch, "last_loc_from_prefixes", second_to_last)
+    verdict = check_repository(TORCH_WORLDS, 60, None)
+    assert verdict.verdict == "divergence" and verdict.scenario is not None
+    kind = failure_kind(run_scenario(verdict.scenario, TORCH_WORLDS))
+    assert kind is not None
+    survivors = [s for s in smaller(verdict.scenario) if failure_kind(run_scenario(s, TORCH_WORLDS)) == kind]
+    assert survivors == [], survivors[0].to_python()
