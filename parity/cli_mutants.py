@@ -25,6 +25,8 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from parity.mutants import Mutant
 
+from parity.cli_paths import output_path_problem, positive_number_problem
+
 USAGE_ERROR = 2
 REPORT_MARKERS = ("kvparity: the worlds disagree", "kvparity: an oracle failed")
 
@@ -37,6 +39,7 @@ class MutantOutcome:
     scenarios: int | None  # played up to and including the first failing one; None: none failed
     seconds: float
     counterexample: str
+    timed_out: bool = False  # the properties did not finish within --timeout
 
 
 def add(commands: argparse._SubParsersAction, parser_class: type) -> None:
@@ -111,14 +114,21 @@ def run_one(mutant: "Mutant", timeout: float, examples: bool) -> MutantOutcome:
             done = None
         entries = ledger.read(directory)
     killed, scenarios, line = judge(done, entries)
-    return MutantOutcome(mutant.name, mutant.bug_class, killed, scenarios, time.monotonic() - start, line)
+    return MutantOutcome(mutant.name, mutant.bug_class, killed, scenarios, time.monotonic() - start, line,
+                         timed_out=done is None)
+
+
+def _status(outcome: MutantOutcome) -> str:
+    """A mutant whose run timed out was neither killed nor seen to survive."""
+    return "killed" if outcome.killed else "TIMED OUT" if outcome.timed_out else "SURVIVED"
 
 
 def format_table(outcomes: list[MutantOutcome]) -> str:
     rows = [f"{'mutant':<32} {'killed':<6} {'scen':>5} {'time':>6}  bug class / counterexample"]
     for o in outcomes:
         scenarios = "-" if o.scenarios is None else str(o.scenarios)
-        rows.append(f"{o.name:<32} {'yes' if o.killed else 'NO':<6} {scenarios:>5} {o.seconds:>5.1f}s  {o.bug_class}")
+        mark = "yes" if o.killed else "TIME" if o.timed_out else "NO"
+        rows.append(f"{o.name:<32} {mark:<6} {scenarios:>5} {o.seconds:>5.1f}s  {o.bug_class}")
         rows.append(f"{'':<54}{o.counterexample}")
     killed = sum(o.killed for o in outcomes)
     rows.append(f"mutants killed: {killed}/{len(outcomes)}")
@@ -147,7 +157,7 @@ def _run_all(mutants: list["Mutant"], jobs: int, timeout: float, examples: bool)
         for future in as_completed(futures):
             outcome = future.result()
             outcomes[outcome.name] = outcome
-            print(f"  {outcome.name}: {'killed' if outcome.killed else 'SURVIVED'} in {outcome.seconds:.1f} s", flush=True)
+            print(f"  {outcome.name}: {_status(outcome)} in {outcome.seconds:.1f} s", flush=True)
     return [outcomes[m.name] for m in mutants]
 
 
@@ -155,8 +165,13 @@ def run(args: argparse.Namespace) -> int:
     mutants = _selected(args.only)
     if mutants is None:
         return USAGE_ERROR
-    if args.jobs < 1:
-        print("kvparity mutants: --jobs must be at least 1", file=sys.stderr)
+    problem = (
+        ("--jobs must be at least 1" if args.jobs < 1 else None)
+        or positive_number_problem("--timeout", args.timeout)
+        or output_path_problem("--json", args.json)
+    )
+    if problem:
+        print(f"kvparity mutants: {problem}", file=sys.stderr)
         return USAGE_ERROR
     mode = "generated scenarios only" if args.no_examples else "permanent examples first"
     print(f"kvparity mutants: {len(mutants)} mutants, ci profile, {mode}, {args.jobs} at a time", flush=True)
@@ -170,5 +185,8 @@ def run(args: argparse.Namespace) -> int:
         print(f"wrote {args.json}")
     # The plain closing line CI logs are read by: a killed mutant is a passed check.
     killed = sum(1 for o in outcomes if o.killed)
+    timed_out = sum(1 for o in outcomes if o.timed_out)
+    if timed_out:
+        print(f"{timed_out} mutants timed out (--timeout {args.timeout:g} s): not a verdict, run them with a longer one")
     print(f"mutants: {killed} passed, {len(outcomes) - killed} failed")
     return 0 if all(o.killed for o in outcomes) else 1

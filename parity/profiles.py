@@ -32,10 +32,24 @@ def load(profile: str) -> None:
     """Load ``profile`` (and tell the strategies, which size scenarios by it)."""
     if profile not in PROFILES:
         raise ValueError(f"Hypothesis profile {profile!r}: expected one of {', '.join(PROFILES)}")
+    cap = max_examples_override()
     os.environ["HYPOTHESIS_PROFILE"] = profile
-    if os.environ.get("KVPARITY_MAX_EXAMPLES"):
+    if cap is not None:
         # One knob for a quick or a long run of any profile (e.g. a time-boxed nightly on a GPU).
-        settings.register_profile(
-            profile, parent=settings.get_profile(profile), max_examples=int(os.environ["KVPARITY_MAX_EXAMPLES"])
-        )
+        settings.register_profile(profile, parent=settings.get_profile(profile), max_examples=cap)
     settings.load_profile(profile)
+
+
+MAX_EXAMPLES_ENV = "KVPARITY_MAX_EXAMPLES"
+MAX_EXAMPLES_LIMIT = 1_000_000
+
+
+def max_examples_override() -> int | None:
+    """``KVPARITY_MAX_EXAMPLES`` as a count, None when unset; a ValueError naming the variable when
+    it is not a whole number from 1 to 1,000,000."""
+    raw = os.environ.get(MAX_EXAMPLES_ENV, "").strip()
+    if not raw:
+        return None
+    if not raw.isdigit() or not 1 <= int(raw) <= MAX_EXAMPLES_LIMIT:
+        raise ValueError(f"{MAX_EXAMPLES_ENV}={raw!r}: expected a whole number from 1 to {MAX_EXAMPLES_LIMIT:,}")
+    return int(raw)
