@@ -1,0 +1,179 @@
+"""Comparison up to renumbering: two runs of one scenario that hand out different request rows,
+pages or slots, but the same ones to the same tokens every time.
+
+Many SGLang releases renumber without changing what any token can see (rows popped from the other
+end of the free list, free pages sorted at another moment, the paged tail freed after instead of
+before the duplicates). An exact comparison calls each of them a divergence. Here one bijection of
+request rows and one of KV pages (a slot maps to the same offset in the mapped page) are built over
+the whole scenario, each pair fixed when it first appears, and every stage is checked under them:
+table cells of mapped rows (unused rows must be identical), ``out_cache_loc``, ``last_loc``,
+prefixes, tree contents, free pages and free rows as sets. Everything that is no number of a row,
+page or slot (stages, tokens, lengths, counters, lock counts) must be equal as it is.
+
+``renumbering_verdict(ref, got, page_size)`` -> ``RenumberVerdict``: "exact", "renumbered" or
+"divergent", and for a divergence which mapping failed, where.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+
+from parity.poison import POISON
+from parity.snapshot import Snapshot
+
+EXACT, RENUMBERED, DIVERGENT = "exact", "renumbered", "divergent"
+# Fields of a request that are no numbers of rows or slots: equal as they are.
+_PLAIN_FIELDS = ("status", "fill_ids", "extend_input_len", "cached_tokens", "already_computed",
+                 "extend_logprob_start_len", "last_matched_prefix_len", "output_len")
+
+
+@dataclass
+class RenumberVerdict:
+    verdict: str
+    detail: str | None = None  # for a divergence: which mapping (or field) failed, at which stage
+    rows: dict[int, int] = field(default_factory=dict)  # reference row -> row
+    pages: dict[int, int] = field(default_factory=dict)  # reference page -> page
+
+
+class Mismatch(Exception):
+    """A stage that no renumbering explains."""
+
+
+class Bijection:
+    """A one-to-one map built as pairs appear; a pair that contradicts an earlier one raises."""
+
+    def __init__(self, what: str) -> None:
+        self.what = what
+        self.forward: dict[int, int] = {}
+        self.backward: dict[int, int] = {}
+
+    def pair(self, a: int, b: int, where: str) -> None:
+        if self.forward.get(a, b) != b:
+            raise Mismatch(f"{self.what} map: {where}: reference {a} is {b} here, but was {self.forward[a]} before")
+        if self.backward.get(b, a) != a:
+            raise Mismatch(f"{self.what} map: {where}: {b} stands for reference {a} here, but for {self.backward[b]} before")
+        self.forward[a], self.backward[b] = b, a
+
+    def same_set(self, ref: list[int], got: list[int], where: str) -> None:
+        """``ref`` and ``got`` are the same set under the map; members neither side has mapped
+        yet must be as many on both sides (the map can still pair them)."""
+        ref_set, got_set = set(ref), set(got)
+        mapped = {self.forward[a] for a in ref_set if a in self.forward}
+        got_mapped = {b for b in got_set if b in self.backward}
+        if mapped != got_mapped:
+            missing = sorted(self.backward[b] for b in got_mapped - mapped)[:6]
+            extra = sorted(a for a in ref_set if a in self.forward and self.forward[a] not in got_set)[:6]
+            raise Mismatch(f"{self.what} sets differ: {where}: reference-only {extra}, other-only (as reference) {missing}")
+        free_ref = len([a for a in ref_set if a not in self.forward])
+        free_got = len([b for b in got_set if b not in self.backward])
+        if free_ref != free_got:
+            raise Mismatch(f"{self.what} sets differ: {where}: {free_ref} unpaired in the reference, {free_got} here")
+
+    def is_identity(self) -> bool:
+        return all(a == b for a, b in self.forward.items())
+
+
+class Renumbering:
+    """The row and page bijections of one pair of runs, checked stage by stage."""
+
+    def __init__(self, page_size: int) -> None:
+        self.page_size = page_size
+        self.rows = Bijection("row")
+        self.pages = Bijection("page")
+
+    def slot(self, a: int, b: int, where: str) -> None:
+        if a == POISON or b == POISON or a < 0 or b < 0:
+            if a != b:
+                raise Mismatch(f"slot map: {where}: reference {a}, here {b}")
+            return
+        ps = self.page_size
+        if a % ps != b % ps:
+            raise Mismatch(f"slot map: {where}: reference slot {a} is at offset {a % ps} of its page, {b} at {b % ps}")
+        self.pages.pair(a // ps, b // ps, f"{where} (slots {a} and {b})")
+
+    def slots(self, ref: tuple[int, ...] | list[int] | None, got: tuple[int, ...] | list[int] | None, where: str) -> None:
+        if (ref is None) != (got is None) or (ref is not None and len(ref) != len(got)):
+            raise Mismatch(f"{where}: {got} against the reference's {ref}")
+        for i, (a, b) in enumerate(zip(ref or (), got or ())):
+            self.slot(a, b, f"{where}[{i}]")
+
+    def stage(self, ref: Snapshot, got: Snapshot) -> None:
+        where = ref.record.describe()
+        r, g = ref.record, got.record
+        if (r.kind, r.rids, r.outcome) != (g.kind, g.rids, g.outcome):
+            raise Mismatch(f"stage: {g.describe()!r} against the reference's {where!r}")
+        for i, (a, b) in enumerate(zip(r.rows, g.rows)):
+            self.rows.pair(a, b, f"{where}, rows[{i}]")
+        if len(r.rows) != len(g.rows):
+            raise Mismatch(f"{where}: rows {g.rows} against the reference's {r.rows}")
+        self.slots(r.out_cache_loc, g.out_cache_loc, f"{where}, out_cache_loc")
+        self.slots(r.last_loc, g.last_loc, f"{where}, last_loc")
+        self._requests(ref, got, where)
+        self._table(ref, got, where)
+        self._tree(ref, got, where)
+        self._free(ref, got, where)
+
+    def _requests(self, ref: Snapshot, got: Snapshot, where: str) -> None:
+        for rid, a in ref.requests.items():
+            b = got.requests[rid]
+            for name in _PLAIN_FIELDS:
+                if getattr(a, name) != getattr(b, name):
+                    raise Mismatch(f"{where}: request {rid} {name} {getattr(b, name)} against {getattr(a, name)}")
+            if (a.req_pool_idx is None) != (b.req_pool_idx is None):
+                raise Mismatch(f"{where}: request {rid} row {b.req_pool_idx} against {a.req_pool_idx}")
+            if a.req_pool_idx is not None and a.status != "waiting":
+                self.rows.pair(a.req_pool_idx, b.req_pool_idx, f"{where}, request {rid}")
+            self.slots(a.prefix_values, b.prefix_values, f"{where}, request {rid} prefix")
+
+    def _table(self, ref: Snapshot, got: Snapshot, where: str) -> None:
+        a_table, b_table = ref.req_to_token, got.req_to_token
+        if a_table.shape != b_table.shape or a_table.dtype != b_table.dtype:
+            raise Mismatch(f"{where}: req_to_token {tuple(b_table.shape)} {b_table.dtype} against "
+                           f"{tuple(a_table.shape)} {a_table.dtype}")
+        for row in range(a_table.shape[0]):
+            other = self.rows.forward.get(row)
+            if other is None:
+                if row not in self.rows.backward and not bool((a_table[row] == b_table[row]).all()):
+                    raise Mismatch(f"{where}: row {row}, used by no request in either run, differs")
+                continue
+            # Each distinct (reference, other) pair of cell values once: the map must hold for all.
+            pairs = torch.stack((a_table[row], b_table[other]), dim=1).unique(dim=0).tolist()
+            for a, b in pairs:
+                self.slot(int(a), int(b), f"{where}, row {row} (here {other})")
+
+    def _tree(self, ref: Snapshot, got: Snapshot, where: str) -> None:
+        if len(ref.tree) != len(got.tree):
+            raise Mismatch(f"{where}: the tree has {len(got.tree)} nodes against the reference's {len(ref.tree)}")
+        by_path = {(e[0], e[1]): e for e in got.tree}
+        for extra, path, slots, lock in ref.tree:
+            other = by_path.get((extra, path))
+            if other is None or other[3] != lock:
+                raise Mismatch(f"{where}: tree node {path[:8]}{'...' if len(path) > 8 else ''} (extra key {extra!r}) "
+                               f"is {other and ('locked ' + str(other[3]))} against locked {lock}")
+            self.slots(slots, other[2], f"{where}, tree node of {len(path)} tokens")
+
+    def _free(self, ref: Snapshot, got: Snapshot, where: str) -> None:
+        if ref.available_size != got.available_size:
+            raise Mismatch(f"{where}: available_size {got.available_size} against {ref.available_size}")
+        free_a = ref.free_pages.tolist() + ref.release_pages.tolist()
+        free_b = got.free_pages.tolist() + got.release_pages.tolist()
+        self.pages.same_set(free_a, free_b, f"{where}, free pages")
+        self.rows.same_set(list(ref.free_rows), list(got.free_rows), f"{where}, free rows")
+
+
+def renumbering_verdict(ref: list[Snapshot], got: list[Snapshot], page_size: int, *, exact: bool) -> RenumberVerdict:
+    """``exact``: the caller's exact comparison found no difference. Otherwise, is there one
+    consistent renumbering of rows and pages that explains every stage?"""
+    if exact:
+        return RenumberVerdict(EXACT)
+    renumbering = Renumbering(page_size)
+    try:
+        if len(ref) != len(got):
+            raise Mismatch(f"stages: {len(got) - 1} against the reference's {len(ref) - 1}")
+        for a, b in zip(ref, got):
+            renumbering.stage(a, b)
+    except Mismatch as exc:
+        return RenumberVerdict(DIVERGENT, str(exc), renumbering.rows.forward, renumbering.pages.forward)
+    return RenumberVerdict(RENUMBERED, None, renumbering.rows.forward, renumbering.pages.forward)
