@@ -5,7 +5,8 @@ Many SGLang releases renumber without changing what any token can see (rows popp
 end of the free list, free pages sorted at another moment, the paged tail freed after instead of
 before the duplicates). An exact comparison calls each of them a divergence. Here one bijection of
 request rows and one of KV pages (a slot maps to the same offset in the mapped page) are built over
-the whole scenario, each pair fixed when it first appears, and every stage is checked under them:
+the whole scenario, each pair fixed when it first appears and kept while either side holds it (a
+page or row free on both sides may pair anew later), and every stage is checked under them:
 table cells of mapped rows (unused rows must be identical), ``out_cache_loc``, ``last_loc``,
 prefixes, tree contents, free pages and free rows as sets. Everything that is no number of a row,
 page or slot (stages, tokens, lengths, counters, lock counts) must be equal as it is.
@@ -48,6 +49,8 @@ class Bijection:
         self.what = what
         self.forward: dict[int, int] = {}
         self.backward: dict[int, int] = {}
+        self.ever: set[int] = set()  # reference members ever paired
+        self.ever_other: set[int] = set()  # their partners ever paired
 
     def pair(self, a: int, b: int, where: str) -> None:
         if self.forward.get(a, b) != b:
@@ -55,6 +58,8 @@ class Bijection:
         if self.backward.get(b, a) != a:
             raise Mismatch(f"{self.what} map: {where}: {b} stands for reference {a} here, but for {self.backward[b]} before")
         self.forward[a], self.backward[b] = b, a
+        self.ever.add(a)
+        self.ever_other.add(b)
 
     def same_set(self, ref: list[int], got: list[int], where: str) -> None:
         """``ref`` and ``got`` are the same set under the map; members neither side has mapped
@@ -70,6 +75,16 @@ class Bijection:
         free_got = len([b for b in got_set if b not in self.backward])
         if free_ref != free_got:
             raise Mismatch(f"{self.what} sets differ: {where}: {free_ref} unpaired in the reference, {free_got} here")
+
+    def release(self, ref: list[int], got: list[int]) -> None:
+        """Forget the pairs whose members are free on both sides: a page (or row) nobody holds
+        can be handed out again in another order, and then pairs anew. ``ever`` keeps what was
+        ever paired."""
+        got_set = set(got)
+        for a in set(ref):
+            b = self.forward.get(a)
+            if b is not None and b in got_set:
+                del self.forward[a], self.backward[b]
 
     def is_identity(self) -> bool:
         return all(a == b for a, b in self.forward.items())
@@ -129,17 +144,25 @@ class Renumbering:
 
     def _table(self, ref: Snapshot, got: Snapshot, where: str) -> None:
         a_table, b_table = ref.req_to_token, got.req_to_token
+        owners = {v.req_pool_idx: v.slotted for v in ref.requests.values()
+                  if v.req_pool_idx is not None and v.status not in ("waiting", "finished")}
         if a_table.shape != b_table.shape or a_table.dtype != b_table.dtype:
             raise Mismatch(f"{where}: req_to_token {tuple(b_table.shape)} {b_table.dtype} against "
                            f"{tuple(a_table.shape)} {a_table.dtype}")
         for row in range(a_table.shape[0]):
             other = self.rows.forward.get(row)
             if other is None:
-                if row not in self.rows.backward and not bool((a_table[row] == b_table[row]).all()):
+                # A free row's stale cells are compared while it is paired; a row never used by
+                # either run must be identical (its poison untouched).
+                never_used = row not in self.rows.ever and row not in self.rows.ever_other
+                if never_used and not bool((a_table[row] == b_table[row]).all()):
                     raise Mismatch(f"{where}: row {row}, used by no request in either run, differs")
                 continue
+            # The live columns of the request holding the row (its cells past them are stale: what
+            # an earlier owner left, which no token reads); a free row: all of it, while paired.
+            live = owners.get(row, a_table.shape[1])
             # Each distinct (reference, other) pair of cell values once: the map must hold for all.
-            pairs = torch.stack((a_table[row], b_table[other]), dim=1).unique(dim=0).tolist()
+            pairs = torch.stack((a_table[row, :live], b_table[other, :live]), dim=1).unique(dim=0).tolist()
             for a, b in pairs:
                 self.slot(int(a), int(b), f"{where}, row {row} (here {other})")
 
@@ -161,6 +184,8 @@ class Renumbering:
         free_b = got.free_pages.tolist() + got.release_pages.tolist()
         self.pages.same_set(free_a, free_b, f"{where}, free pages")
         self.rows.same_set(list(ref.free_rows), list(got.free_rows), f"{where}, free rows")
+        self.pages.release(free_a, free_b)
+        self.rows.release(list(ref.free_rows), list(got.free_rows))
 
 
 def renumbering_verdict(ref: list[Snapshot], got: list[Snapshot], page_size: int, *, exact: bool) -> RenumberVerdict:

@@ -40,6 +40,7 @@ class RequestView:
     prefix_kind: str  # e.g. "list", "torch.int64 cpu copy", "torch.int32 view of row 3"
     alias_row: int | None  # the req_to_token row a view prefix points into, else None
     held: tuple[int, ...]  # KV slots this request holds (for conservation)
+    slotted: int = 0  # how many of its tokens have a KV slot: its row's live columns [0, slotted)
 
 
 @dataclass
@@ -91,6 +92,7 @@ def _request_view(scheduler: Scheduler, rid: str) -> RequestView:
         prefix_kind=_prefix_kind(prefix, alias),
         alias_row=alias,
         held=tuple(scheduler.held_slots(rid)),
+        slotted=scheduler.slotted[rid],
     )
 
 
