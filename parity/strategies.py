@@ -61,7 +61,7 @@ TEMPLATES = (
              ops=("extend", "extend", "finish", "finish", "decode")),
     Template("chunked rounds", chunk="unaligned", repeats=True, chunked_last=True,
              ops=("extend", "extend", "extend", "decode", "finish")),
-    Template("near out of memory", kv="tight", ops=("extend", "extend", "decode", "decode", "finish")),
+    Template("near out of memory", kv="tight", reuse_first=True, ops=("extend", "extend", "decode", "decode", "finish")),
     Template("retract and re-admit", ops=("extend", "decode", "retract", "retract", "extend")),
     Template("long lengths", long_prompts=True, repeats=True, reuse_first=True,
              ops=("extend", "finish", "extend")),
