@@ -8,11 +8,12 @@ failure is shrunk by Hypothesis and returned as a readable report.
 from __future__ import annotations
 
 import functools
+import os
 import sys
 import time
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Callable
 
 from hypothesis import Verbosity, given, seed, settings
 
@@ -51,6 +52,12 @@ class Progress:
         self.total, self.after, self.start, self.shown = total, after_seconds, time.monotonic(), False
         self.tty = sys.stderr.isatty()
         self.last_line = 0.0
+        self.done = 0
+
+    def step(self) -> None:
+        """One more scenario played."""
+        self.done += 1
+        self.update(self.done)
 
     def update(self, done: int) -> None:
         elapsed = time.monotonic() - self.start
@@ -79,40 +86,158 @@ def check_repository(
     *,
     lane: Any = None,
     real_reference: bool = False,
+    jobs: int = 1,
+    lane_factory: Callable[[], Any] | None = None,
 ) -> HarnessVerdict:
     """Play about ``examples`` scenarios (split over the templates) in ``worlds``; the first world
     is the reference. ``random_seed`` None means derandomized (the same scenarios every run).
     ``lane`` adds real SGLang worlds; with ``real_reference`` its first world is the reference
-    (``parity.runner.run_scenario``)."""
+    (``parity.runner.run_scenario``).
+
+    ``jobs`` > 1 shares the templates out over that many worker processes (each with its own
+    real-SGLang workers, from ``lane_factory``). The verdict, the scenario count and the
+    counterexample are those of ``jobs=1``: templates are merged in their order, and those after
+    the first failing one are discarded, as a single process would never have played them."""
     names = tuple(f"{v}/{b}" for v, b in worlds)
+    real_names = tuple(lane.names) if lane is not None else ()
     if lane is not None:
-        names = tuple(lane.names) if real_reference else names + tuple(lane.names)
+        names = real_names if real_reference else names + real_names
     verdict = HarnessVerdict(names)
-    play_one = functools.partial(run_scenario, worlds=worlds, lane=lane, real_reference=real_reference)
     per_template = max(1, examples // len(TEMPLATES))
     progress = Progress(per_template * len(TEMPLATES))
     started = time.monotonic()
-    failing: list[tuple[Scenario, RunResult]] = []
     try:
-        for template in TEMPLATES:
-            _play_template(template, play_one, per_template, random_seed, verdict, failing, progress)
-            if failing:
-                break
+        if jobs <= 1:
+            plan = TemplatePlan(worlds, per_template, random_seed, real_reference)
+            outcomes = play_templates(list(range(len(TEMPLATES))), plan, lane, progress.step)
+        else:
+            outcomes = _play_in_jobs(jobs, TemplatePlan(worlds, per_template, random_seed, real_reference),
+                                     lane_factory, progress)
     finally:
         progress.close()
-    if failing:
-        scenario, result = _preferred(failing)
-        scenario, result = _minimal(scenario, result, play_one)
-        verdict.verdict = "divergence"
-        verdict.scenario = scenario
-        verdict.counterexample = format_failure(result)
-        verdict.diverged = {d.world for d in result.divergences} | {v.split(":", 1)[0] for v in result.violations}
-        verdict.worlds = result.worlds
+    _merge(verdict, outcomes)
     verdict.seconds = time.monotonic() - started
     return verdict
 
 
-def _play_template(template, play_one, count, random_seed, verdict, failing, progress) -> None:
+@dataclass(frozen=True)
+class TemplatePlan:
+    """What every job plays (plain data: it crosses into worker processes)."""
+
+    worlds: tuple[tuple[str, str], ...]
+    per_template: int
+    random_seed: int | None
+    real_reference: bool
+
+
+@dataclass
+class TemplateOutcome:
+    index: int
+    scenarios: int = 0
+    classes: set[str] = field(default_factory=set)
+    findings: Counter = field(default_factory=Counter)
+    finding_examples: dict[str, str] = field(default_factory=dict)
+    failure: tuple[Scenario, RunResult] | None = None  # minimal, with its result
+
+
+def play_templates(indices: list[int], plan: TemplatePlan, lane: Any, tick: Callable[[], None]) -> list[TemplateOutcome]:
+    """Play the templates ``indices`` in order, stopping after the first that fails."""
+    play_one = functools.partial(run_scenario, worlds=plan.worlds, lane=lane, real_reference=plan.real_reference)
+    outcomes = []
+    for index in indices:
+        outcome = TemplateOutcome(index)
+        failing: list[tuple[Scenario, RunResult]] = []
+        _play_template(TEMPLATES[index], play_one, plan.per_template, plan.random_seed, outcome, failing, tick)
+        if failing:
+            outcome.failure = _minimal(*_preferred(failing), play_one)
+        outcomes.append(outcome)
+        if failing:
+            break
+    return outcomes
+
+
+def _merge(verdict: HarnessVerdict, outcomes: list[TemplateOutcome]) -> None:
+    for outcome in sorted(outcomes, key=lambda o: o.index):
+        verdict.scenarios += outcome.scenarios
+        verdict.classes |= outcome.classes
+        verdict.findings.update(outcome.findings)
+        for defect, example in outcome.finding_examples.items():
+            verdict.finding_examples.setdefault(defect, example)
+        if outcome.failure is not None:
+            scenario, result = outcome.failure
+            verdict.verdict = "divergence"
+            verdict.scenario = scenario
+            verdict.counterexample = format_failure(result)
+            verdict.diverged = {d.world for d in result.divergences} | {v.split(":", 1)[0] for v in result.violations}
+            verdict.worlds = result.worlds
+            return  # a single process would have stopped here
+
+
+def _play_in_jobs(jobs: int, plan: TemplatePlan, lane_factory: Callable[[], Any] | None, progress: Progress) -> list[TemplateOutcome]:
+    """One task per template, taken by ``jobs`` spawned processes as they come free (templates
+    differ in cost); progress ticks come back through a queue. Once a template fails, the tasks
+    after it that have not started are cancelled: the merge would discard them anyway."""
+    import multiprocessing
+    import threading
+    from concurrent.futures import ProcessPoolExecutor, as_completed
+
+    context = multiprocessing.get_context("spawn")  # no fork of a process holding torch's threads
+    env = {k: v for k, v in os.environ.items() if k.startswith(("KVPARITY_", "HYPOTHESIS_", "TRITON_"))}
+    with context.Manager() as manager:
+        ticks = manager.Queue()
+        done = threading.Event()
+
+        def drain() -> None:
+            while not done.is_set() or not ticks.empty():
+                try:
+                    ticks.get(timeout=0.2)
+                except Exception:  # queue.Empty, or the manager going away at the end
+                    continue
+                progress.step()
+
+        reader = threading.Thread(target=drain, daemon=True)
+        reader.start()
+        outcomes: list[TemplateOutcome] = []
+        with ProcessPoolExecutor(max_workers=jobs, mp_context=context, initializer=_job_init,
+                                 initargs=(env, lane_factory, ticks)) as pool:
+            futures = {pool.submit(_job_template, i, plan): i for i in range(len(TEMPLATES))}
+            for future in as_completed(futures):
+                outcome = future.result()
+                outcomes.append(outcome)
+                if outcome.failure is not None:
+                    for other, index in futures.items():
+                        if index > outcome.index:
+                            other.cancel()
+        done.set()
+        reader.join()
+    return outcomes
+
+
+# One process of a parallel run: its real-SGLang lane (made on first use, closed at exit) and the
+# queue its progress ticks go to.
+_JOB: dict[str, Any] = {}
+
+
+def _job_init(env: dict[str, str], lane_factory: Callable[[], Any] | None, ticks: Any) -> None:
+    import atexit
+
+    os.environ.update(env)
+    from kernels import runtime  # noqa: F401  (the device and Triton's mode, as in the parent)
+    from parity import profiles
+
+    profiles.load(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
+    _JOB.update(lane_factory=lane_factory, lane=None, ticks=ticks)
+    atexit.register(lambda: _JOB["lane"] is not None and _JOB["lane"].close())
+
+
+def _job_template(index: int, plan: TemplatePlan) -> TemplateOutcome:
+    if _JOB["lane"] is None and _JOB["lane_factory"] is not None:
+        _JOB["lane"] = _JOB["lane_factory"]()
+    ticks = _JOB["ticks"]
+    return play_templates([index], plan, _JOB["lane"], lambda: ticks.put(1))[0]
+
+
+def _play_template(template, play_one, count, random_seed, verdict, failing, tick) -> None:
     chosen = settings(
         settings(), max_examples=count, database=None, derandomize=random_seed is None, verbosity=Verbosity.quiet
     )
@@ -124,7 +249,7 @@ def _play_template(template, play_one, count, random_seed, verdict, failing, pro
         verdict.findings.update({d.known_defect for d in result.findings})
         for d in result.findings:
             verdict.finding_examples.setdefault(d.known_defect, f"{d.what}: {d.detail}\n{scenario.to_python()}")
-        progress.update(verdict.scenarios)
+        tick()
         if result.divergences:
             failing.append((scenario, result))
             raise WorldsDisagree(format_failure(result))
