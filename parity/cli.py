@@ -5,6 +5,7 @@
     kvparity golden check [NAME...] [--directory DIR]   compare goldens with a fresh recording; writes nothing
     kvparity golden list                                 the golden names and why each is pinned
     kvparity mutants [--only NAME] [--json PATH]         every mutant of the zoo must be killed
+    kvparity matrix [VERSION ...] [--base V]             real SGLang releases pairwise, exact or up to renumbering
 
 Exit status: 0 success, 1 a difference or a refusal, 2 usage (an unknown golden name, say).
 Each command group registers itself in ``_COMMANDS``; a new group adds one function there.
@@ -18,7 +19,7 @@ import argparse
 import sys
 from typing import Callable
 
-from parity import cli_check, cli_golden, cli_mutants
+from parity import cli_check, cli_golden, cli_matrix, cli_mutants
 
 USAGE_ERROR = 2
 
@@ -30,7 +31,9 @@ class _Parser(argparse.ArgumentParser):
 
 
 # One function per command group; each adds its sub-parser and sets ``func``.
-_COMMANDS: tuple[Callable[[argparse._SubParsersAction, type], None], ...] = (cli_check.add, cli_golden.add, cli_mutants.add)
+_COMMANDS: tuple[Callable[[argparse._SubParsersAction, type], None], ...] = (
+    cli_check.add, cli_golden.add, cli_mutants.add, cli_matrix.add
+)
 
 
 def build_parser() -> argparse.ArgumentParser:

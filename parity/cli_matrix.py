@@ -1,0 +1,162 @@
+"""``kvparity matrix [VERSION ...] [--base V]``: real SGLang releases, each against the one before
+it (or every one against ``--base``), on one scenario set, on both backends; per pair the
+verdict (exact, renumbered, divergent), the scenarios played, the fields and classes where they
+differ and the first counterexample in one line. Exit 0 only when every pair is exact or
+renumbered, 1 when one diverges, 2 for a usage or install error."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from parity.cli_paths import output_path_problem
+
+USAGE_ERROR = 2
+DEFAULT_VERSIONS = ("0.5.3", "0.5.3.post1", "0.5.3.post2", "0.5.4")
+DEFAULT_PER_TEMPLATE = 10
+
+
+def add(commands: argparse._SubParsersAction, parser_class: type) -> None:
+    text = "compare real SGLang releases pairwise, exactly or up to renumbering"
+    sub = commands.add_parser("matrix", help=text, description=text)
+    sub.add_argument("versions", nargs="*", metavar="VERSION",
+                     help=f"releases, oldest first (default: {' '.join(DEFAULT_VERSIONS)})")
+    sub.add_argument("--base", metavar="V", help="compare every release against V instead of the one before it")
+    sub.add_argument("--backend", choices=("triton", "torch", "all"), default="all")
+    sub.add_argument("--examples", type=int, default=DEFAULT_PER_TEMPLATE, help="scenarios per template (default 10)")
+    sub.add_argument("--json", metavar="PATH", help="write the matrix as JSON")
+    sub.add_argument("--markdown", metavar="PATH", help="write the matrix as a Markdown table")
+    sub.add_argument("--png", metavar="PATH", help="draw releases by verdict (needs matplotlib)")
+    sub.set_defaults(func=run)
+
+
+def _pairs(versions: list[str], base: str | None) -> list[tuple[str, str]]:
+    if base is not None:
+        return [(base, v) for v in versions if v != base]
+    return list(zip(versions, versions[1:]))
+
+
+def _problem(args: argparse.Namespace) -> str | None:
+    if not 1 <= args.examples <= 10_000:
+        return f"--examples must be from 1 to 10000 (got {args.examples})"
+    for option in ("json", "markdown", "png"):
+        problem = output_path_problem(f"--{option}", getattr(args, option))
+        if problem:
+            return problem
+    if args.png:
+        try:
+            import matplotlib  # noqa: F401
+        except ImportError:
+            return "--png needs matplotlib (pip install matplotlib)"
+    return None
+
+
+def _scenarios(per_template: int) -> list:
+    from hypothesis import HealthCheck, Phase, given, settings
+
+    from parity.strategies import TEMPLATES, scenarios
+
+    drawn: list = []
+    for template in TEMPLATES:
+        @settings(max_examples=per_template, derandomize=True, database=None, deadline=None,
+                  phases=(Phase.generate,), suppress_health_check=list(HealthCheck))
+        @given(scenarios(templates=(template,)))
+        def collect(scenario) -> None:
+            drawn.append(scenario)
+
+        collect()
+    return drawn
+
+
+def run(args: argparse.Namespace) -> int:
+    problem = _problem(args)
+    versions = list(args.versions or DEFAULT_VERSIONS)
+    if not problem and len(versions) + (args.base is not None and args.base not in versions) < 2:
+        problem = "give at least two releases (or one and --base)"
+    if problem:
+        print(f"kvparity matrix: {problem}", file=sys.stderr)
+        return USAGE_ERROR
+    from kernels import runtime  # noqa: F401  (the device and Triton's mode first)
+    from parity import profiles
+    from parity.harness_check import Progress
+    from parity.matrix import run_matrix
+    from parity.real import RealSGLangError
+    from parity.real.lane import RealLane
+
+    profiles.load("ci")
+    backends = ("torch", "triton") if args.backend == "all" else (args.backend,)
+    releases = versions + ([args.base] if args.base and args.base not in versions else [])
+    try:
+        lanes = {v: RealLane([v], backends) for v in releases}
+        for lane in lanes.values():
+            lane.start()
+    except RealSGLangError as exc:
+        print(f"kvparity matrix: {exc}", file=sys.stderr)
+        return USAGE_ERROR
+    scenarios = _scenarios(args.examples)
+    progress = Progress(len(scenarios))
+    try:
+        results = run_matrix(scenarios, lanes, _pairs(versions, args.base), tick=progress.step)
+    finally:
+        progress.close()
+        for lane in lanes.values():
+            lane.close()
+    _print(results)
+    _write(args, results)
+    return 0 if all(r.verdict != "divergent" for r in results) else 1
+
+
+def _print(results) -> None:
+    width = max(len(f"{r.reference} vs {r.other}") for r in results)
+    print(f"{'pair':<{width}}  {'scenarios':>9}  {'verdict':<10}  renumbered  divergent")
+    for r in results:
+        print(f"{r.reference + ' vs ' + r.other:<{width}}  {r.scenarios:>9}  {r.verdict:<10}  {r.renumbered:>10}  {r.divergent:>9}")
+        for name, n in sorted(r.findings.items()):
+            print(f"  known difference: {name} (in {n} scenarios)")
+        if r.fields:
+            print(f"  differs first in: {', '.join(f'{k} ({n})' for k, n in r.fields.most_common())}")
+            print(f"  classes of the divergent scenarios: {', '.join(k for k, _ in r.classes.most_common(6))}")
+            print(f"  first counterexample: {r.counterexample}")
+
+
+def _rows(results) -> list[dict]:
+    return [{"reference": r.reference, "other": r.other, "verdict": r.verdict, "scenarios": r.scenarios,
+             "renumbered": r.renumbered, "divergent": r.divergent, "fields": dict(r.fields),
+             "classes": dict(r.classes), "known_changes": dict(r.findings), "counterexample": r.counterexample,
+             "scenario": None if r.scenario is None else json.loads(r.scenario.to_json())} for r in results]
+
+
+def _write(args: argparse.Namespace, results) -> None:
+    if args.json:
+        Path(args.json).write_text(json.dumps({"pairs": _rows(results)}, indent=2) + "\n")
+    if args.markdown:
+        lines = ["| reference | release | scenarios | verdict | renumbered | divergent | known changes | first counterexample |",
+                 "|---|---|---|---|---|---|---|---|"]
+        for r in results:
+            known = "; ".join(f"{k} ({n})" for k, n in sorted(r.findings.items())) or "-"
+            lines.append(f"| {r.reference} | {r.other} | {r.scenarios} | {r.verdict} | {r.renumbered} | {r.divergent} "
+                         f"| {known} | {(r.counterexample or '-').replace('|', '/')} |")
+        Path(args.markdown).write_text("\n".join(lines) + "\n")
+    if args.png:
+        _plot(results, args.png)
+
+
+def _plot(results, path: str) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    colours = {"exact": "#2e7d32", "renumbered": "#f9a825", "divergent": "#c62828"}
+    fig, ax = plt.subplots(figsize=(max(4, 1.6 * len(results)), 2.4))
+    for i, r in enumerate(results):
+        ax.bar(i, 1, color=colours[r.verdict])
+        ax.text(i, 0.5, f"{r.verdict}\n{r.renumbered} ren.\n{r.divergent} div.", ha="center", va="center", fontsize=8)
+    ax.set_xticks(range(len(results)))
+    ax.set_xticklabels([f"{r.other}\nvs {r.reference}" for r in results], fontsize=7)
+    ax.set_yticks([])
+    ax.set_title("kvparity matrix: releases by verdict")
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)

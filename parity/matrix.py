@@ -1,0 +1,123 @@
+"""The release matrix: real SGLang releases compared pairwise on one scenario set, exactly or up to
+renumbering (``parity.renumber``).
+
+Each release plays every scenario once per backend (one worker process per release, the same
+scheduler loop); a pair's verdict is "exact" when every scenario's stages are equal, "renumbered"
+when every one is equal or equal up to one consistent renumbering of rows and pages, else
+"divergent", with the fields that differed, the scenario classes of the divergent scenarios and
+the first counterexample in one line. Known intended changes between releases
+(``parity.compare.KNOWN_VERSION_DIFFERENCES``) are counted as findings.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from parity.compare import ALLOWED, compare
+from parity.renumber import DIVERGENT, EXACT, RENUMBERED, renumbering_verdict
+from parity.runner import Lockstep, off_path_step
+from parity.scenario import Scenario
+from parity.snapshot import Snapshot
+
+ORDER = {EXACT: 0, RENUMBERED: 1, DIVERGENT: 2}
+
+
+@dataclass
+class PairResult:
+    reference: str  # world name, e.g. sglang-0.5.3/torch
+    other: str
+    verdict: str = EXACT
+    scenarios: int = 0
+    renumbered: int = 0
+    divergent: int = 0
+    fields: Counter = field(default_factory=Counter)  # what failed first, per divergent scenario
+    classes: Counter = field(default_factory=Counter)  # scenario classes of the divergent scenarios
+    findings: Counter = field(default_factory=Counter)  # known intended changes met
+    counterexample: str | None = None  # the first divergent scenario, in one line, and why
+    scenario: Scenario | None = None
+
+    def add(self, verdict: str, detail: str | None, scenario: Scenario, classes: set[str]) -> None:
+        self.scenarios += 1
+        if ORDER[verdict] > ORDER[self.verdict]:
+            self.verdict = verdict
+        if verdict == RENUMBERED:
+            self.renumbered += 1
+        if verdict == DIVERGENT:
+            self.divergent += 1
+            self.fields[_field_of(detail)] += 1
+            self.classes.update(classes)
+            if self.counterexample is None:
+                self.counterexample = f"{detail} [{_summary(scenario)}]"
+                self.scenario = scenario
+
+
+def _field_of(detail: str | None) -> str:
+    """The kind of the first mismatch: "page map", "row map", "request r1 fill_ids" -> "fill_ids", ..."""
+    head = (detail or "?").split(":", 1)[0]
+    if head.startswith("step "):
+        rest = (detail or "").split(": ", 2)
+        head = rest[1] if len(rest) > 1 else head
+    words = head.split()
+    if len(words) >= 3 and words[0] == "request":
+        return words[2]
+    return head
+
+
+def _summary(scenario: Scenario) -> str:
+    g = scenario.geometry
+    chunk = f" chunk {scenario.chunk_size}" if scenario.chunk_size else ""
+    return f"{scenario.cache_kind}, page {g.page_size}{chunk}, {len(scenario.requests)} requests, {len(scenario.steps)} steps"
+
+
+def pair_verdict(ref: list[Snapshot], got: list[Snapshot], ref_name: str, name: str, page_size: int) -> tuple[str, str | None, set[str]]:
+    """(verdict, detail, known intended changes met) of one scenario for one pair."""
+    diffs = [d for a, b in zip(ref, got) for d in compare(ref_name, a, name, b)] if len(ref) == len(got) else [None]
+    known = {d.known_defect for d in diffs if d is not None and d.known_defect}
+    # Exact up to what ALLOWED excuses (legacy's alias): the differences of the refactor itself.
+    exact = all(d is not None and d.known_defect in ALLOWED for d in diffs)
+    verdict = renumbering_verdict(ref, got, page_size, exact=exact)
+    return verdict.verdict, verdict.detail, known
+
+
+def play_pilot(scenario: Scenario) -> tuple[int | None, set[str]]:
+    """Where ``scenario`` leaves SGLang's path, and its classes, from kvparity's legacy model."""
+    from parity.classes import classify
+
+    lockstep = Lockstep(scenario, (("legacy", "torch"),), oracles=False)
+    for index, step in enumerate(scenario.steps):
+        if lockstep.halted:
+            break
+        lockstep.play(index, step)
+    return off_path_step(lockstep.result.records), classify(scenario, lockstep.result.records)
+
+
+def run_matrix(
+    scenarios: list[Scenario],
+    lanes: dict[str, Any],
+    pairs: list[tuple[str, str]],
+    *,
+    tick: Callable[[], None] = lambda: None,
+) -> list[PairResult]:
+    """``lanes``: release -> a started ``RealLane`` of that release alone; ``pairs``: (reference
+    release, release). Every release plays every scenario once; every pair is judged on them."""
+    results = {
+        (a, b, backend): PairResult(f"{lanes[a].names[i]}", f"{lanes[b].names[i]}")
+        for a, b in pairs for i, backend in enumerate(lanes[a].backends)
+    }
+    for scenario in scenarios:
+        stop, classes = play_pilot(scenario)
+        played = {release: lane.play(scenario, stop) for release, lane in lanes.items()}
+        for (a, b, backend), result in results.items():
+            ref, got = played[a][result.reference], played[b][result.other]
+            if not isinstance(ref, list) or not isinstance(got, list):
+                failed = ref if not isinstance(ref, list) else got
+                result.add(DIVERGENT, f"real SGLang failed: {failed.line()}", scenario, classes)
+                continue
+            verdict, detail, known = pair_verdict(ref, got, result.reference, result.other, scenario.geometry.page_size)
+            result.findings.update(known)
+            result.add(verdict, detail, scenario, classes)
+        tick()
+    return list(results.values())
