@@ -136,7 +136,8 @@ class Renumbering:
             for name in _PLAIN_FIELDS:
                 if getattr(a, name) != getattr(b, name):
                     raise Mismatch(f"{where}: request {rid} {name} {getattr(b, name)} against {getattr(a, name)}")
-            if (a.req_pool_idx is None) != (b.req_pool_idx is None):
+            # A waiting request holds no row, whatever its req_pool_idx still says (0.5.4 keeps it).
+            if a.status != "waiting" and (a.req_pool_idx is None) != (b.req_pool_idx is None):
                 raise Mismatch(f"{where}: request {rid} row {b.req_pool_idx} against {a.req_pool_idx}")
             if a.req_pool_idx is not None and a.status != "waiting":
                 self.rows.pair(a.req_pool_idx, b.req_pool_idx, f"{where}, request {rid}")
