@@ -63,6 +63,14 @@ def absolute_spec(spec: str) -> str:
 def _load_file(path: str, spec: str) -> Any:
     if not os.path.isfile(path):
         raise CandidateLoadError(f"candidate {spec!r}: file {path!r} does not exist")
+    # The file's own folder goes first on sys.path, as ``python path/to/file.py`` would put it, so
+    # a candidate may import a sibling module of its folder by its plain name. (Only the sandbox
+    # child loads candidates; a sibling named like a module already imported there, say ``torch``,
+    # is not the one it gets.)
+    folder = os.path.dirname(os.path.abspath(path))
+    if folder in sys.path:
+        sys.path.remove(folder)
+    sys.path.insert(0, folder)
     digest = hashlib.sha1(os.path.abspath(path).encode()).hexdigest()[:12]
     module_name = f"kvparity_candidate_{digest}"
     module_spec = importlib.util.spec_from_file_location(module_name, path)

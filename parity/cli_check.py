@@ -11,15 +11,18 @@ Exit status: 0 parity, 1 a divergence, 2 a usage or loading error.
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import sys
 from pathlib import Path
 
+from parity.cli_paths import output_path_problem
+
 USAGE_ERROR = 2
 TARGETS = ("prepare_for_extend", "write_cache_indices", "get_last_loc", "alloc_extend")
 DEFAULT_EXAMPLES = 800  # scenarios, 80 per template
-DEFAULT_CANDIDATE_EXAMPLES = 200  # kernel-level batches
+DEFAULT_CANDIDATE_EXAMPLES = 200  # kernel-level batches (parity.checker.default_examples: 2000 in nightly)
 DEFAULT_REAL_EXAMPLES = 400  # scenarios with real SGLang worlds, 40 per template
 
 
@@ -28,11 +31,22 @@ def add(commands: argparse._SubParsersAction, parser_class: type) -> None:
     sub = commands.add_parser("check", help=text, description=text)
     sub.add_argument("--target", choices=TARGETS, default="prepare_for_extend")
     sub.add_argument("--candidate", metavar="SPEC", help="package.module:name or path/to/file.py:name")
-    sub.add_argument("--backend", choices=("triton", "torch", "all"), default="all")
+    sub.add_argument("--backend", choices=("triton", "torch", "all"), default=None,
+                     help="the worlds' backends (default all); not for --candidate, which runs as it is")
+    sub.add_argument("--jobs", type=int, default=None, metavar="N",
+                     help="worker processes for scenarios (default: the usable cores); not for --candidate")
     sub.add_argument("--device", choices=("cpu", "cuda"), help="default: cuda when available, else cpu")
-    sub.add_argument("--examples", type=int, default=None, help=f"scenarios or batches (default {DEFAULT_EXAMPLES})")
+    sub.add_argument("--examples", type=int, default=None, metavar="N",
+                     help=f"scenarios to play (default {DEFAULT_EXAMPLES}); with --candidate, batches to draw (default "
+                          f"{DEFAULT_CANDIDATE_EXAMPLES}, 2000 in the nightly profile), about one in 32 of them "
+                          "(at least one per size range) wide batches past the kernels' request blocks; Hypothesis "
+                          "draws some batches twice and a repeat is played once, so the report says how many "
+                          "distinct batches were played of how many drawn")
     sub.add_argument("--seed", type=int, default=None, help="random seed (default: derandomized, same every run)")
-    sub.add_argument("--profile", default="ci", help="Hypothesis profile for scenario shapes: ci, dev, nightly, mutation")
+    sub.add_argument("--profile", default="ci",
+                     help="Hypothesis profile: ci, dev, nightly, mutation. It sizes scenarios and candidate batches "
+                          "(ci: up to 560 requests, rows past 1,024 tokens, slots up to 2**31 - 1, page sizes 1-256; "
+                          "nightly: up to 8,192 requests, rows past 8,192 tokens); mutation does not shrink")
     sub.add_argument("--sglang", metavar="A", help="check real SGLang A (a version such as 0.5.3, or a folder holding "
                      "the sglang package): against kvparity's model of the same version, or against --against B")
     sub.add_argument("--against", metavar="B", help="the reference for --sglang: another real SGLang (version or folder)")
@@ -68,11 +82,15 @@ def run(args: argparse.Namespace) -> int:
     try:
         profiles.load(args.profile)
     except ValueError as exc:
-        print(f"kvparity check: --profile: {exc}", file=sys.stderr)
+        where = "" if str(exc).startswith(profiles.MAX_EXAMPLES_ENV) else "--profile: "
+        print(f"kvparity check: {where}{exc}", file=sys.stderr)
         return USAGE_ERROR
-    if args.examples is not None and args.examples < 1:
-        print("kvparity check: --examples must be at least 1", file=sys.stderr)
+    problem = _option_problem(args)
+    if problem:
+        print(f"kvparity check: {problem}", file=sys.stderr)
         return USAGE_ERROR
+    args.backend = args.backend or "all"
+    args.jobs = args.jobs or usable_cores()
     print(f"kvparity check: target {args.target}; {runtime.describe()}; profile {args.profile}"
           + (f", seed {args.seed}" if args.seed is not None else ", derandomized"))
     if args.sglang is not None or args.against is not None:
@@ -84,6 +102,29 @@ def run(args: argparse.Namespace) -> int:
             return USAGE_ERROR
         return _check_repository(args)
     return _check_candidate(args)
+
+
+MAX_EXAMPLES = 1_000_000
+
+
+def usable_cores() -> int:
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:  # not Linux
+        return max(1, os.cpu_count() or 1)
+
+
+def _option_problem(args: argparse.Namespace) -> str | None:
+    """The first option that is wrong, or does not apply to this mode, in one sentence."""
+    if args.examples is not None and not 1 <= args.examples <= MAX_EXAMPLES:
+        return f"--examples must be from 1 to {MAX_EXAMPLES:,} (got {args.examples})"
+    if args.jobs is not None and args.jobs < 1:
+        return f"--jobs must be at least 1 (got {args.jobs})"
+    if args.candidate is not None:
+        for option, value in (("--backend", args.backend), ("--jobs", args.jobs)):
+            if value is not None:
+                return f"{option} does not apply to --candidate (the candidate runs as it is, in one sandbox)"
+    return output_path_problem("--json", args.json) or output_path_problem("--repro", args.repro)
 
 
 def _worlds(backend: str) -> tuple[tuple[str, str], ...]:
@@ -128,8 +169,8 @@ def _check_real(args: argparse.Namespace) -> int:
             print(f"kvparity check: --sglang {args.sglang}: kvparity models only {', '.join(MODELLED)}; "
                   f"give the reference with --against (e.g. --against 0.5.3.post1)", file=sys.stderr)
             return USAGE_ERROR
-        lane = RealLane([checked] if reference is None else [reference, checked], backends)
-        lane.start()
+        specs = [checked] if reference is None else [reference, checked]
+        lane = RealLane(specs, backends)  # a worker starts on first use: in each job when jobs > 1
     except RealSGLangError as exc:
         print(f"kvparity check: {exc}", file=sys.stderr)
         return USAGE_ERROR
@@ -139,7 +180,8 @@ def _check_real(args: argparse.Namespace) -> int:
         else:
             worlds = (("legacy", "torch"),)  # only decides where a scenario leaves the server's path
         return _check_repository(args, worlds=worlds, lane=lane, real_reference=reference is not None,
-                                 default_examples=DEFAULT_REAL_EXAMPLES)
+                                 default_examples=DEFAULT_REAL_EXAMPLES,
+                                 lane_factory=functools.partial(RealLane, specs, backends))
 
 
 def _check_repository(
@@ -149,13 +191,16 @@ def _check_repository(
     lane: object = None,
     real_reference: bool = False,
     default_examples: int = DEFAULT_EXAMPLES,
+    lane_factory: object = None,
 ) -> int:
     from parity.classes import REQUIRED
     from parity.harness_check import check_repository
 
     worlds = worlds or _worlds(args.backend)
-    verdict = check_repository(worlds, args.examples or default_examples, args.seed, lane=lane,
-                               real_reference=real_reference)
+    examples = args.examples or default_examples
+    print(f"kvparity check: {examples} scenarios ({max(1, examples // 10)} per template), {args.jobs} jobs")
+    verdict = check_repository(worlds, examples, args.seed, lane=lane, real_reference=real_reference,
+                               jobs=args.jobs, lane_factory=lane_factory)
     names = verdict.worlds
     width = max(42, *(len(f"{names[0]} vs {n}") for n in names[1:]))
     print(f"{'world pair':<{width}} {'scenarios':>9}  verdict")
@@ -230,7 +275,7 @@ def _check_candidate(args: argparse.Namespace) -> int:
               file=sys.stderr)
         return USAGE_ERROR
     try:
-        result = check_candidate(args.target, args.candidate, args.examples or DEFAULT_CANDIDATE_EXAMPLES, args.seed)
+        result = check_candidate(args.target, args.candidate, args.examples, args.seed, profile=args.profile)
     except (CandidateLoadError, ValueError) as exc:
         print(f"kvparity check: {exc}", file=sys.stderr)
         return USAGE_ERROR

@@ -48,8 +48,9 @@ class Progress:
     """A progress bar on stderr once a run has taken a few seconds: redrawn in place on a
     terminal, a plain line every ten seconds otherwise (logs stay readable)."""
 
-    def __init__(self, total: int, after_seconds: float = 2.0) -> None:
+    def __init__(self, total: int, after_seconds: float = 2.0, unit: str = "scenarios") -> None:
         self.total, self.after, self.start, self.shown = total, after_seconds, time.monotonic(), False
+        self.unit = unit
         self.tty = sys.stderr.isatty()
         self.last_line = 0.0
         self.done = 0
@@ -66,11 +67,11 @@ class Progress:
         if not self.tty:
             if elapsed - self.last_line >= 10 or done == self.total:
                 self.last_line = elapsed
-                sys.stderr.write(f"kvparity: {done}/{self.total} scenarios, {elapsed:.0f} s\n")
+                sys.stderr.write(f"kvparity: {done}/{self.total} {self.unit}, {elapsed:.0f} s\n")
             return
         width = 30
         filled = min(width, width * done // max(self.total, 1))
-        sys.stderr.write(f"\r[{'#' * filled}{'.' * (width - filled)}] {done}/{self.total} scenarios, {elapsed:.0f} s")
+        sys.stderr.write(f"\r[{'#' * filled}{'.' * (width - filled)}] {done}/{self.total} {self.unit}, {elapsed:.0f} s")
         sys.stderr.flush()
         self.shown = True
 

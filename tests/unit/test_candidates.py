@@ -37,6 +37,8 @@ from parity.target_inputs import (
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(os.path.dirname(HERE))
 EXAMPLE = os.path.join(REPO, "examples", "offset_write.py") + ":write_cache_indices"
+LAST_LOC_EXAMPLE = os.path.join(REPO, "examples", "last_loc_blocks.py") + ":get_last_loc"
+ALLOC_EXAMPLE = os.path.join(REPO, "examples", "alloc_extend_flat.py") + ":alloc_extend"
 CALL_TIMEOUT = 4.0
 EXAMPLES = 25
 
@@ -51,8 +53,8 @@ def sandbox():
         yield box
 
 
-def check(target: str, spec: str, sandbox: Sandbox, examples: int = EXAMPLES):
-    return check_candidate(target, spec, examples=examples, sandbox=sandbox, shrink_seconds=6.0)
+def check(target: str, spec: str, sandbox: Sandbox, examples: int = EXAMPLES, shrink: float = 6.0):
+    return check_candidate(target, spec, examples=examples, sandbox=sandbox, shrink_seconds=shrink)
 
 
 # ------------------------------------------------------------------ parity
@@ -66,8 +68,11 @@ def check(target: str, spec: str, sandbox: Sandbox, examples: int = EXAMPLES):
         ("write_cache_indices", fixture("wci_torch_faithful")),
         ("get_last_loc", fixture("gll_faithful", "get_last_loc")),
         ("alloc_extend", fixture("ae_faithful", "alloc_extend_kernel")),
+        ("get_last_loc", LAST_LOC_EXAMPLE),
+        ("alloc_extend", ALLOC_EXAMPLE),
     ],
-    ids=["offset_write example", "linear-time kernel", "torch write (prints)", "get_last_loc kernel", "alloc_extend kernel"],
+    ids=["offset_write example", "linear-time kernel", "torch write (prints)", "get_last_loc kernel", "alloc_extend kernel",
+         "last_loc_blocks example", "alloc_extend_flat example"],
 )
 def test_faithful_candidates_get_parity(target, spec, sandbox):
     result = check(target, spec, sandbox)
@@ -92,7 +97,7 @@ def test_faithful_candidates_get_parity(target, spec, sandbox):
         ("get_last_loc", "gll_wrong_dtype", "get_last_loc", "wrong_return"),
         ("get_last_loc", "gll_one_block", "get_last_loc", "wrong_result"),
         ("get_last_loc", "gll_writes_table", "get_last_loc", "input_modified"),
-        ("write_cache_indices", "wci_exits", "write_cache_indices", "raised"),
+        ("write_cache_indices", "wci_exits", "write_cache_indices", "exited"),
         ("alloc_extend", "ae_off_by_one", "alloc_extend", "wrong_result"),
     ],
 )
@@ -118,17 +123,19 @@ def test_row_by_position_needs_scrambled_rows(sandbox):
     assert list(batch.rows) != list(range(batch.bs)), batch.describe()
 
 
+# Each shrink call on a hang or a crash costs a timeout or a worker restart: a short budget. The
+# check after it plays wide batches too, so it uses a quick (torch) candidate.
 def test_hang_is_a_timeout_and_kvparity_goes_on(sandbox):
-    result = check("write_cache_indices", fixture("wci_hang"), sandbox, examples=3)
+    result = check("write_cache_indices", fixture("wci_hang"), sandbox, examples=3, shrink=0.0)
     assert result.fault_kind == "timed_out", result.report()
-    assert check("write_cache_indices", EXAMPLE, sandbox, examples=3).verdict == "parity"
+    assert check("write_cache_indices", fixture("wci_torch_faithful"), sandbox, examples=3).verdict == "parity"
 
 
 def test_segfault_is_a_crash_with_its_signal_and_kvparity_goes_on(sandbox):
-    result = check("write_cache_indices", fixture("wci_segfault"), sandbox, examples=3)
+    result = check("write_cache_indices", fixture("wci_segfault"), sandbox, examples=3, shrink=1.0)
     assert result.fault_kind == "crashed", result.report()
     assert "SIGSEGV" in result.fault.summary, result.report()
-    assert check("write_cache_indices", EXAMPLE, sandbox, examples=3).verdict == "parity"
+    assert check("write_cache_indices", fixture("wci_torch_faithful"), sandbox, examples=3).verdict == "parity"
 
 
 def test_same_seed_same_batches_and_shrink_budget_is_reported(sandbox):
@@ -266,7 +273,7 @@ def test_strategy_reaches_unaligned_prefixes_and_several_page_sizes():
 
 
 def test_wild_store_is_caught_and_the_next_check_gets_a_healthy_worker(sandbox):
-    result = check("write_cache_indices", fixture("wci_wild_store"), sandbox, examples=2)
+    result = check("write_cache_indices", fixture("wci_wild_store"), sandbox, examples=2, shrink=1.0)
     # The interpreter segfaults (crashed); a GPU reports an illegal address (raised, worker restarted).
     assert result.fault_kind in ("crashed", "raised"), result.report()
     assert check("write_cache_indices", EXAMPLE, sandbox, examples=3).verdict == "parity"

@@ -38,3 +38,44 @@ def test_max_examples_variable_is_named_when_bad(value, monkeypatch):
 def test_max_examples_variable_sets_the_count(monkeypatch):
     monkeypatch.setenv("KVPARITY_MAX_EXAMPLES", "7")
     assert profiles.max_examples_override() == 7
+
+
+@pytest.mark.parametrize(
+    "argv, words",
+    [
+        (["check", "--examples", "0"], "--examples must be from 1 to 1,000,000"),
+        (["check", "--examples", "1000001"], "--examples must be from 1 to 1,000,000"),
+        (["check", "--jobs", "0"], "--jobs must be at least 1"),
+        (["check", "--json", "/nonexistent-kvparity/v.json"], "--json /nonexistent-kvparity/v.json: the folder"),
+        (["check", "--repro", "/nonexistent-kvparity/r.py"], "--repro /nonexistent-kvparity/r.py: the folder"),
+        (["check", "--target", "write_cache_indices", "--candidate", "examples/offset_write.py:write_cache_indices",
+          "--backend", "torch"], "--backend does not apply to --candidate"),
+        (["check", "--target", "write_cache_indices", "--candidate", "examples/offset_write.py:write_cache_indices",
+          "--jobs", "2"], "--jobs does not apply to --candidate"),
+    ],
+)
+def test_check_options_are_checked_before_the_run(argv, words, capsys):
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert words in err and "Traceback" not in err
+
+
+def test_a_bad_max_examples_variable_is_not_blamed_on_profile(monkeypatch, capsys):
+    monkeypatch.setenv("KVPARITY_MAX_EXAMPLES", "abc")
+    assert main(["check", "--examples", "1"]) == 2
+    err = capsys.readouterr().err
+    assert "KVPARITY_MAX_EXAMPLES='abc'" in err and "--profile" not in err
+
+
+def test_jobs_2_gives_the_verdict_and_count_of_jobs_1(tmp_path):
+    """The same derandomized scenarios, shared out over two processes: the same verdict, count and
+    classes as one process (templates merged in their order)."""
+    import json
+
+    runs = {}
+    for jobs in ("1", "2"):
+        out = tmp_path / f"v{jobs}.json"
+        assert main(["check", "--examples", "20", "--backend", "torch", "--jobs", jobs, "--json", str(out)]) == 0
+        runs[jobs] = json.loads(out.read_text())
+    keys = ("verdict", "scenarios", "classes_reached")
+    assert {k: runs["1"][k] for k in keys} == {k: runs["2"][k] for k in keys}
