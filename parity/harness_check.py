@@ -203,6 +203,8 @@ def _play_in_jobs(jobs: int, plan: TemplatePlan, lane_factory: Callable[[], Any]
                                  initargs=(env, lane_factory, ticks)) as pool:
             futures = {pool.submit(_job_template, i, plan): i for i in range(len(TEMPLATES))}
             for future in as_completed(futures):
+                if future.cancelled():
+                    continue  # after a failing template: the merge would discard it
                 outcome = future.result()
                 outcomes.append(outcome)
                 if outcome.failure is not None:

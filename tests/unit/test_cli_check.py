@@ -42,7 +42,8 @@ def test_divergence_exits_1_with_a_shrunk_counterexample_and_a_repro(tmp_path, c
 
     monkeypatch.setattr(refactored.schedule_batch, "last_loc_from_prefixes", second_to_last)
     out, repro = tmp_path / "verdict.json", tmp_path / "repro.py"
-    status = main(["check", "--examples", "80", "--backend", "torch", "--json", str(out), "--repro", str(repro)])
+    # One job: the planted bug lives in this process only (spawned jobs would import the real code).
+    status = main(["check", "--examples", "80", "--backend", "torch", "--jobs", "1", "--json", str(out), "--repro", str(repro)])
     printed = capsys.readouterr().out
     assert status == 1
     assert "legacy/torch vs refactored/torch" in printed and "DIVERGENCE" in printed
@@ -56,7 +57,7 @@ def test_divergence_exits_1_with_a_shrunk_counterexample_and_a_repro(tmp_path, c
 @pytest.mark.parametrize(
     "argv,message",
     [
-        (["check", "--examples", "0"], "--examples must be at least 1"),
+        (["check", "--examples", "0"], "--examples must be from 1 to 1,000,000"),
         (["check", "--target", "get_last_loc"], "needs --candidate"),
         (["check", "--profile", "weekly"], "Hypothesis profile 'weekly'"),
     ],
