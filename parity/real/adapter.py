@@ -23,6 +23,7 @@ import torch
 
 from parity.real import RealSGLangError
 from parity.real.versions import VersionEntry
+from parity.snapshot import _alias_row  # one rule for which row a view prefix points into
 
 POISON = -12345  # parity.poison.POISON (kvparity's sentinel for cells nobody wrote)
 BACKENDS = {"triton": "triton", "torch": "torch_native"}  # kvparity backend -> SGLang attention_backend
@@ -417,14 +418,6 @@ class _FreeGroup:
 
     def __exit__(self, *exc: Any) -> None:
         self.allocator.free_group_end()
-
-
-def _alias_row(prefix: Any, table: torch.Tensor) -> int | None:
-    if not isinstance(prefix, torch.Tensor) or prefix.numel() == 0:
-        return None
-    if prefix.untyped_storage().data_ptr() != table.untyped_storage().data_ptr():
-        return None
-    return (prefix.data_ptr() - table.data_ptr()) // (table.stride(0) * table.element_size())
 
 
 def _walk(cache: Any):
