@@ -95,7 +95,9 @@ def _prompts(draw, template: Template, shape: Shape, n: int) -> list[tuple[int, 
     for i in range(n):
         if prompts and template.reuse_first and draw(st.booleans()):
             first = prompts[0]
-            keep = draw(st.integers(len(first) // 2, len(first)))
+            # Long prompts: reuse past the 512-token block, so cached prefixes cross it too.
+            low = min(len(first), 520) if template.long_prompts else len(first) // 2
+            keep = draw(st.integers(low, len(first)))
             prompts.append(first[:keep] + token_run(10_000 * (i + 1), draw(st.integers(0 if keep else 1, 8))))
             continue
         if prompts and template.repeats and draw(st.booleans()):
