@@ -39,6 +39,7 @@ from typing import Any
 import torch
 
 from parity.target_inputs import GUARD, Guarded, KernelBatch, Materialised, materialise
+from parity.target_inputs import _where  # one wording for where a guard cell is
 
 VECTOR_MOAT = 1024  # guard elements each side of a 1-D buffer, beyond target_inputs' MARGIN
 TABLE_MOAT_ROWS = 1  # whole guard rows each side of the table (plus VECTOR_MOAT elements), beyond its margin
@@ -236,15 +237,3 @@ class GuardedMemory:
         for mapping in self.mappings:
             mapping.close()
         self.mappings = []
-
-
-def _where(g: Guarded, k: int) -> str:
-    """Where buffer index ``k`` (negative: before the buffer) is, relative to the view."""
-    offset = k - g.lo
-    if g.width:
-        row, col = divmod(offset, g.width)
-        side = "before the table" if offset < 0 else "after the table"
-        return f"at row {row}, col {col} ({side})"
-    n = g.hi - g.lo
-    side = "before" if offset < 0 else "after"
-    return f"at index {offset} ({side} the tensor of {n})"

@@ -10,6 +10,7 @@ import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
+from parity.mutants import Edit, Mutant, MutantError, apply_edits
 from parity.real import RealSGLangError
 from parity.real.install import SGLangSource
 
@@ -54,10 +55,9 @@ def make_mutated_copy(source: SGLangSource, mutant: RealMutant, dest: str | Path
         raise RealSGLangError(f"mutant {mutant.name} edits SGLang {mutant.version}, not {source.version}")
     dest = Path(dest)
     shutil.copytree(Path(source.path) / "sglang", dest / "sglang")
-    target = dest / mutant.path
-    text = target.read_text()
-    count = text.count(mutant.old)
-    if count != 1:
-        raise RealSGLangError(f"mutant {mutant.name}: its text occurs {count} times in {mutant.path} (needs 1)")
-    target.write_text(text.replace(mutant.old, mutant.new))
+    edit = Mutant(mutant.name, mutant.what, (Edit(mutant.path, mutant.old, mutant.new),))
+    try:
+        apply_edits(edit, dest)  # the zoo's rule: the text occurs exactly once
+    except MutantError as exc:
+        raise RealSGLangError(str(exc)) from None
     return dest
