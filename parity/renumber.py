@@ -148,16 +148,17 @@ class Renumbering:
         a_table, b_table = ref.req_to_token, got.req_to_token
         owners = {v.req_pool_idx: v.slotted for v in ref.requests.values()
                   if v.req_pool_idx is not None and v.status not in ("waiting", "finished")}
-        if a_table.shape != b_table.shape or a_table.dtype != b_table.dtype:
+        if a_table.shape[1:] != b_table.shape[1:] or a_table.dtype != b_table.dtype:
             raise Mismatch(f"{where}: req_to_token {tuple(b_table.shape)} {b_table.dtype} against "
                            f"{tuple(a_table.shape)} {a_table.dtype}")
+        self._extra_rows(a_table, b_table, where)
         for row in range(a_table.shape[0]):
             other = self.rows.forward.get(row)
             if other is None:
                 # A free row's stale cells are compared while it is paired; a row never used by
                 # either run must be identical (its poison untouched).
                 never_used = row not in self.rows.ever and row not in self.rows.ever_other
-                if never_used and not bool((a_table[row] == b_table[row]).all()):
+                if never_used and row < b_table.shape[0] and not bool((a_table[row] == b_table[row]).all()):
                     raise Mismatch(f"{where}: row {row}, used by no request in either run, differs")
                 continue
             # The live columns of the request holding the row (its cells past them are stale: what
@@ -167,6 +168,19 @@ class Renumbering:
             pairs = torch.stack((a_table[row, :live], b_table[other, :live]), dim=1).unique(dim=0).tolist()
             for a, b in pairs:
                 self.slot(int(a), int(b), f"{where}, row {row} (here {other})")
+
+    def _extra_rows(self, a_table: torch.Tensor, b_table: torch.Tensor, where: str) -> None:
+        """Tables of different heights (0.5.11 reserves row 0 and adds one row): the taller one
+        must hold at least that many rows that were never handed out and are still uniform (the
+        poison they were filled with), else the tables differ in structure."""
+        extra = a_table.shape[0] - b_table.shape[0]
+        if extra == 0:
+            return
+        taller, ever, side = (a_table, self.rows.ever, "the reference") if extra > 0 else (b_table, self.rows.ever_other, "this run")
+        spare = [row for row in range(taller.shape[0]) if row not in ever and bool((taller[row] == taller[row, 0]).all())]
+        if len(spare) < abs(extra):
+            raise Mismatch(f"{where}: req_to_token has {abs(extra)} more rows in {side}, but only {len(spare)} "
+                           f"of its rows were never used")
 
     def _tree(self, ref: Snapshot, got: Snapshot, where: str) -> None:
         if len(ref.tree) != len(got.tree):

@@ -128,6 +128,7 @@ class Scheduler:
         self.running: list[str] = []
         self.chunked: str | None = None
         self.chunked_has_row = False
+        self.chunk_to_stash = False  # the chunked request ran a chunk that is not cached yet
         self.finished_prompts: set[tuple[int, ...]] = set()
         self.retracted: set[str] = set()
         self.halted: str | None = None
@@ -181,7 +182,7 @@ class Scheduler:
 
     # ---- prefill -----------------------------------------------------------------------------------
     def _extend(self, step_index: int, step: Extend, notes: tuple[str, ...] = ()) -> Iterator[StageRecord]:
-        if self.chunked is not None and self.chunked_has_row:
+        if self.chunked is not None and self.chunk_to_stash:
             yield self._cache_chunked(step_index)
         splits_before = self._counter(self.cache, "num_splits")
         batch, admission_notes = self._form_batch(step_index, step)
@@ -201,9 +202,11 @@ class Scheduler:
         req = self.reqs[rid]
         row, prefix, fill_len = req.req_pool_idx, _values(req.prefix_indices), len(req.fill_ids)
         self.world.cache_unfinished_req(req, chunked=True)
-        self.pool.free(row)
-        self._freed_chunk_row = (row, rid)
-        self.chunked_has_row = False
+        self.chunk_to_stash = False
+        if self.world.stash_frees_row:
+            self.pool.free(row)
+            self._freed_chunk_row = (row, rid)
+            self.chunked_has_row = False
         self.world.init_next_round_input(req, use_tree_cache=False)
         return StageRecord(
             step_index,
@@ -214,10 +217,6 @@ class Scheduler:
             write_region=((row, len(prefix), fill_len),),
         )
 
-    def _budget_cut(self, req: Any, tokens: int) -> None:
-        """Cut ``req`` to ``tokens`` new tokens (it becomes, or stays, the chunked request)."""
-        req.fill_ids = req.fill_ids[: len(req.prefix_indices) + tokens]
-        req.extend_input_len = tokens
 
     def _form_batch(self, step_index: int, step: Extend) -> tuple[list[str], list[str]]:
         """SGLang's ``PrefillAdder``, rows checked, memory not (see the module docstring): the
@@ -253,9 +252,11 @@ class Scheduler:
                 cut = int(budget) // ps * ps
                 if cut <= 0:
                     break  # SGLang admits nothing more in this batch
-                self._budget_cut(req, cut)
+                self.world.admit(req, cut, continuing=False)
                 new_chunked = rid
                 need = cut
+            else:
+                self.world.admit(req, None, continuing=False)
             self._lock(req)
             budget -= need
             batch.append(rid)
@@ -273,8 +274,7 @@ class Scheduler:
         """The chunked request's next chunk: what is left of its prompt, cut to the budget with no
         page rounding. Returns the budget it takes (whole pages)."""
         req = self.reqs[rid]
-        if req.extend_input_len > budget:
-            self._budget_cut(req, int(budget))
+        self.world.admit(req, int(budget) if req.extend_input_len > budget else None, continuing=True)
         self.status[rid] = "scheduled"
         return ceil_to_page(req.extend_input_len, self.page_size)
 
@@ -363,6 +363,7 @@ class Scheduler:
             if rid == self.chunked:
                 self.status[rid] = "chunked"
                 self.chunked_has_row = True
+                self.chunk_to_stash = True
         if not done:
             return None
         reqs = [self.reqs[rid] for rid in done]

@@ -126,6 +126,19 @@ class World:
     def cache_finished_req(self, req: Any) -> None:
         self.tree_cache.cache_finished_req(req)
 
+    # A request joins the batch (``continuing``: the chunked request's next chunk), cut to
+    # ``tokens`` new tokens or, with None, whole. SGLang 0.5.3's PrefillAdder cuts by assigning
+    # both fields and leaves a whole request as init_next_round_input made it; later releases
+    # changed how (RealWorld.admit follows each release).
+    def admit(self, req: Any, tokens: int | None, *, continuing: bool) -> None:
+        if tokens is not None:
+            req.fill_ids = req.fill_ids[: len(req.prefix_indices) + tokens]
+            req.extend_input_len = tokens
+
+    # SGLang 0.5.3's scheduler frees the chunked request's row after caching it (it takes a new
+    # row with its next chunk); from 0.5.9 the request keeps its row (RealWorld says which).
+    stash_frees_row = True
+
     def out_of_memory(self, exc: BaseException) -> bool:
         """Is ``exc`` this model's out-of-memory error (``mem_cache.common``)?"""
         return isinstance(exc, RuntimeError) and ("out of KV memory" in str(exc) or "out of request rows" in str(exc))

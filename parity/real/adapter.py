@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import dataclasses
 import importlib
+from array import array
 import inspect
 from typing import Any, Callable
 
@@ -41,14 +42,79 @@ def _lookup(qualified: str) -> Any:
     return obj
 
 
+def _optional(qualified: str | None) -> Any:
+    """``_lookup(qualified)``, or None when the entry says the version has no such thing."""
+    return None if qualified is None else _lookup(qualified)
+
+
+def call_declared(fn: Callable[..., Any], *args: Any, **offered: Any) -> Any:
+    """``fn(*args, **the offered keywords fn declares)``. SGLang adds and drops trailing parameters
+    between releases: ``retract_decode(server_args)`` and ``release_req(..., server_args)`` take no
+    server_args from 0.5.19, and new ones keep their defaults, as its scheduler passes them. The
+    entry's signature check says which parameters a release has."""
+    declared = inspect.signature(fn).parameters
+    return fn(*args, **{k: v for k, v in offered.items() if k in declared})
+
+
+def _dotted(obj: Any, path: str) -> Any:
+    """``obj.a.b`` for ``path`` "a.b"."""
+    for part in path.split("."):
+        obj = getattr(obj, part)
+    return obj
+
+
+def _fill_ids(req: Any) -> Any:
+    """0.5.13+: the sequence up to the fill boundary (the whole one before admission, 0.5.16+)."""
+    if getattr(req, "extend_range", False) is None:
+        return req.full_untruncated_fill_ids
+    return req.get_fill_ids()
+
+
+def _extend_len(req: Any) -> int:
+    """0.5.16+: the extend length is ``extend_range.length``; before admission, what
+    init_next_round_input computed in earlier releases (the whole unmatched rest)."""
+    if req.extend_range is not None:
+        return int(req.extend_range.length)
+    return len(req.full_untruncated_fill_ids) - len(req.prefix_indices)
+
+
+def _extend_logprob_start_len(req: Any) -> int:
+    """0.5.16+: computed by the batch with SGLang's own ``compute_extend_logprob_start_len``."""
+    compute = importlib.import_module("sglang.srt.managers.schedule_batch").compute_extend_logprob_start_len
+    return int(compute(
+        logprob_start_len=req.logprob_start_len, prefix_len=len(req.prefix_indices), extend_len=_extend_len(req),
+        full_untruncated_fill_len=len(req.full_untruncated_fill_ids),
+    ))
+
+
+def _with_kvparity_names(req_class: type, entry: VersionEntry) -> type:
+    """SGLang's ``Req``, or (where a release renamed a field kvparity's scheduler loop and snapshots
+    read) a subclass that only adds read-only properties under the 0.5.3 names. Nothing SGLang
+    reads or writes changes: SGLang never uses these names in those releases."""
+    names: dict[str, Any] = {}
+    if entry.protected_len_field != "last_matched_prefix_len":
+        field_name = entry.protected_len_field
+        names["last_matched_prefix_len"] = property(lambda req: _dotted(req, field_name))
+    if entry.admission in ("fill_len", "extend_range"):
+        names["fill_ids"] = property(_fill_ids)
+    if entry.req_kv_info:
+        names["req_pool_idx"] = property(lambda req: req.kv.req_pool_idx)
+    if entry.admission == "extend_range":
+        names["extend_input_len"] = property(_extend_len)
+        names["extend_logprob_start_len"] = property(_extend_logprob_start_len)
+    if not names:
+        return req_class
+    return type(req_class.__name__, (req_class,), {"__module__": req_class.__module__, **names})
+
+
 class _Sglang:
     """The real SGLang classes and functions this adapter uses (one version per process)."""
 
     def __init__(self, entry: VersionEntry) -> None:
         sb = importlib.import_module("sglang.srt.managers.schedule_batch")
         self.schedule_batch = sb
-        self.Req = sb.Req
         self.ScheduleBatch = sb.ScheduleBatch
+        self.Req = _with_kvparity_names(sb.Req, entry)
         self.SamplingParams = importlib.import_module("sglang.srt.sampling.sampling_params").SamplingParams
         self.SamplingBatchInfo = importlib.import_module("sglang.srt.sampling.sampling_batch_info").SamplingBatchInfo
         self.SpeculativeAlgorithm = importlib.import_module("sglang.srt.speculative.spec_info").SpeculativeAlgorithm
@@ -57,11 +123,14 @@ class _Sglang:
         pool = importlib.import_module("sglang.srt.mem_cache.memory_pool")
         self.ReqToTokenPool = pool.ReqToTokenPool
         self.MHATokenToKVPool = pool.MHATokenToKVPool
-        alloc = importlib.import_module("sglang.srt.mem_cache.allocator")
+        alloc = importlib.import_module("sglang.srt.mem_cache.allocator")  # a module, a package from 0.5.13
         self.TokenToKVPoolAllocator = alloc.TokenToKVPoolAllocator
         self.PagedTokenToKVPoolAllocator = alloc.PagedTokenToKVPoolAllocator
         self.RadixCache = importlib.import_module("sglang.srt.mem_cache.radix_cache").RadixCache
-        self.ChunkCache = importlib.import_module("sglang.srt.mem_cache.chunk_cache").ChunkCache
+        self.ChunkCache = _optional(entry.chunk_cache)
+        self.release_kv_cache = _optional(entry.finish_via)
+        # From 0.5.6 the caches take one CacheInitParams instead of keyword arguments.
+        self.CacheInitParams = _optional(entry.cache_init_params)
         self.set_globals: Callable[[Any], None] | None = None
         if entry.globals_style == "server_args":
             self.set_globals = _lookup(entry.globals_target)
@@ -113,6 +182,9 @@ def behaviour_notes(entry: VersionEntry) -> list[str]:
     problems: list[str] = []
     sg = sglang_for(entry)
     release_src = inspect.getsource(sg.ScheduleBatch.release_req)
+    delegate = getattr(sg.schedule_batch, "release_req", None)  # 0.5.13+: the method calls a module function
+    if callable(delegate):
+        release_src += inspect.getsource(delegate)
     no_insert = "is_insert=False" in release_src
     if no_insert != (entry.release_req_kind == "cache_finished_req_no_insert"):
         problems.append(f"release_req {'calls' if no_insert else 'does not call'} cache_finished_req(is_insert=False)")
@@ -128,7 +200,7 @@ def behaviour_notes(entry: VersionEntry) -> list[str]:
     if clears != entry.retract_clears_req_pool_idx:
         problems.append(f"Req.reset_for_retract {'clears' if clears else 'keeps'} req_pool_idx; the entry says otherwise")
     prefill_src = inspect.getsource(sg.Req.is_prefill_only.fget)
-    if "get_global_server_args" in prefill_src:
+    if "global_server_args_dict" not in prefill_src:  # a server-args getter (get_global_server_args, get_spec, ...)
         found = "server_args is None"
     elif "SpeculativeAlgorithm.NONE" in prefill_src:
         found = "dict None or NONE"
@@ -136,7 +208,7 @@ def behaviour_notes(entry: VersionEntry) -> list[str]:
         found = "dict is None"
     if found != entry.prefill_only_spec_check:
         problems.append(f"Req.is_prefill_only checks {found!r}; the entry says {entry.prefill_only_spec_check!r}")
-    probe = sg.Req("probe", "", [1, 2], sg.SamplingParams(max_new_tokens=1))
+    probe = sg.Req("probe", "", array("q", [1, 2]) if entry.input_ids_type == "array" else [1, 2], sg.SamplingParams(max_new_tokens=1))
     kind = "list" if isinstance(probe.prefix_indices, list) else "int64"
     if kind != entry.prefix_default:
         problems.append(f"Req.prefix_indices defaults to a {kind}, the entry says {entry.prefix_default}")
@@ -150,12 +222,13 @@ class ModelConfigStandIn:
     """The few fields of SGLang's ModelConfig that ScheduleBatch reads on this path; any other
     read raises, naming the field, so a version that starts reading more fails loudly."""
 
-    __slots__ = ("is_encoder_decoder", "vocab_size", "attention_chunk_size")
+    __slots__ = ("is_encoder_decoder", "vocab_size", "attention_chunk_size", "is_matryoshka")
 
     def __init__(self, vocab_size: int = VOCAB_SIZE) -> None:
         self.is_encoder_decoder = False
         self.vocab_size = vocab_size
         self.attention_chunk_size = None
+        self.is_matryoshka = False  # read by prepare_for_extend from 0.5.4.post2 (embedding dimensions)
 
     def __getattr__(self, name: str) -> Any:
         raise AttributeError(
@@ -164,21 +237,27 @@ class ModelConfigStandIn:
 
 
 def make_server_args(sg: _Sglang, **overrides: Any) -> Any:
-    """A real ``ServerArgs`` holding the dataclass defaults, WITHOUT ``__post_init__`` (which looks
-    for a model, GPUs and memory); ``overrides`` set the fields this path reads."""
-    args = object.__new__(sg.ServerArgs)
-    for f in dataclasses.fields(sg.ServerArgs):
-        if f.default is not dataclasses.MISSING:
-            value = f.default
-        elif f.default_factory is not dataclasses.MISSING:  # type: ignore[misc]
-            value = f.default_factory()  # type: ignore[misc]
-        else:
-            value = None
-        object.__setattr__(args, f.name, value)
+    """A real ``ServerArgs`` holding its defaults without resolving them (up to 0.5.19 a dataclass
+    built without ``__post_init__``, which looks for a model, GPUs and memory; from 0.5.20 a
+    msgspec Struct, whose ``__post_init__`` resolves nothing); ``overrides`` set the fields this
+    path reads."""
+    cls = sg.ServerArgs
+    if dataclasses.is_dataclass(cls):
+        args = object.__new__(cls)
+        for f in dataclasses.fields(cls):
+            if f.default is not dataclasses.MISSING:
+                value = f.default
+            elif f.default_factory is not dataclasses.MISSING:  # type: ignore[misc]
+                value = f.default_factory()  # type: ignore[misc]
+            else:
+                value = None
+            object.__setattr__(args, f.name, value)
+    else:
+        args = cls(model_path=overrides.get("model_path"))
     for name, value in overrides.items():
         if not hasattr(args, name):
             raise RealSGLangError(f"ServerArgs of this SGLang has no field {name!r}")
-        object.__setattr__(args, name, value)
+        object.__setattr__(args, name, value) if dataclasses.is_dataclass(cls) else setattr(args, name, value)
     return args
 
 
@@ -224,7 +303,7 @@ class RealWorld:
         self.model_config = ModelConfigStandIn()
         self.server_args = make_server_args(
             self.sg,
-            model_path="kvparity/no-model",
+            model_path="dummy",  # the name SGLang 0.5.20+ resolve without loading a model
             device=self.device,
             attention_backend=BACKENDS[backend],
             page_size=g.page_size,
@@ -250,12 +329,19 @@ class RealWorld:
             )
         self.observed: dict[str, Any] = {}
         self._observe_allocator()
-        if cache_kind == "radix":
-            self.tree_cache = sg.RadixCache(
-                req_to_token_pool=self.req_to_token_pool, token_to_kv_pool_allocator=self.allocator, page_size=g.page_size
-            )
-        else:
-            self.tree_cache = sg.ChunkCache(self.req_to_token_pool, self.allocator, g.page_size)
+        self.tree_cache = self._make_tree_cache()
+
+    def _make_tree_cache(self) -> Any:
+        """The cache SGLang's scheduler builds for this kind: a RadixCache, or (radix cache disabled,
+        chunked prefill on) a ChunkCache; from 0.5.6 both take a CacheInitParams."""
+        sg, g = self.sg, self.geometry
+        cls = sg.RadixCache if self.cache_kind == "radix" else sg.ChunkCache
+        if cls is None:
+            raise RealSGLangError(f"SGLang {self.entry.version} has no ChunkCache (cache kind 'chunk')")
+        fields = dict(req_to_token_pool=self.req_to_token_pool, token_to_kv_pool_allocator=self.allocator, page_size=g.page_size)
+        if sg.CacheInitParams is None:
+            return cls(**fields)
+        return cls(sg.CacheInitParams(disable=self.cache_kind == "chunk", **fields))
 
     # ------------------------------------------------------------------ kvparity's World interface
 
@@ -291,8 +377,9 @@ class RealWorld:
         self.activate()  # is_prefill_only reads the global speculative algorithm
         if logprob_start_len < -1:
             raise ValueError(f"logprob_start_len={logprob_start_len}: must be -1 or >= 0")
+        input_ids = array("q", tokens) if self.entry.input_ids_type == "array" else list(tokens)
         req = self.sg.Req(
-            rid, "", list(tokens), self.sg.SamplingParams(max_new_tokens=max_new_tokens),
+            rid, "", input_ids, self.sg.SamplingParams(max_new_tokens=max_new_tokens),
             return_logprob=return_logprob, extra_key=extra_key,
         )
         n = len(req.origin_input_ids)
@@ -312,18 +399,58 @@ class RealWorld:
     def init_next_round_input(self, req: Any, use_tree_cache: bool = True) -> None:
         self.activate()
         req.init_next_round_input(self.tree_cache if use_tree_cache else None)
+        # Until the PrefillAdder cuts it, the fill boundary is the whole sequence, as 0.5.3's
+        # init_next_round_input leaves fill_ids (0.5.13+ keep the boundary of the last round).
+        if self.entry.admission == "fill_len":
+            req.fill_len = len(req.full_untruncated_fill_ids)
+        elif self.entry.admission == "extend_range":
+            req.extend_range = None
 
     def cache_unfinished_req(self, req: Any, chunked: bool = False) -> None:
         self.activate()
         self.tree_cache.cache_unfinished_req(req, chunked=chunked)
+
+    def admit(self, req: Any, tokens: int | None, *, continuing: bool) -> None:
+        """``req`` joins the batch, cut to ``tokens`` new tokens (None: whole), as this release's
+        PrefillAdder does it (``VersionEntry.admission``)."""
+        style = self.entry.admission
+        prefix_len = len(req.prefix_indices)
+        if style == "extend_range":
+            whole = len(req.full_untruncated_fill_ids) - prefix_len
+            req.set_extend_range(prefix_len, prefix_len + (whole if tokens is None else tokens))
+        elif style == "fill_len":
+            if continuing:
+                req.set_extend_input_len(req.extend_input_len if tokens is None else tokens)
+                req.fill_len = prefix_len + req.extend_input_len
+            elif tokens is None:
+                req.fill_len = len(req.full_untruncated_fill_ids)
+            else:
+                req.set_extend_input_len(tokens)
+                req.fill_len = prefix_len + tokens
+        elif tokens is not None:
+            req.fill_ids = req.fill_ids[: prefix_len + tokens]
+            if style == "setter" and not continuing:
+                req.set_extend_input_len(tokens)
+            else:
+                req.extend_input_len = tokens
+        if tokens is not None and not self.entry.stash_frees_row:
+            req.is_chunked = 1  # the scheduler counts chunks; the row pool asserts a kept row is chunked
+
+    @property
+    def stash_frees_row(self) -> bool:
+        return self.entry.stash_frees_row
 
     def out_of_memory(self, exc: BaseException) -> bool:
         """Is ``exc`` one of this version's out-of-memory errors (the version table's wording)?"""
         return isinstance(exc, RuntimeError) and self.entry.oom_kind(str(exc)) is not None
 
     def cache_finished_req(self, req: Any) -> None:
+        """What this release's scheduler calls for a finished request."""
         self.activate()
-        self.tree_cache.cache_finished_req(req)
+        if self.sg.release_kv_cache is None:
+            self.tree_cache.cache_finished_req(req)
+        else:
+            self.sg.release_kv_cache(req, self.tree_cache)
 
     def free_group(self) -> "_FreeGroup":
         return _FreeGroup(self.allocator)
@@ -369,7 +496,7 @@ class RealWorld:
         out: dict[str, Any] = {
             "req_to_token": self.req_to_token_pool.req_to_token.tolist(),
             "free_pages": a.free_pages.tolist(),
-            "release_pages": a.release_pages.tolist(),
+            "release_pages": [] if a.release_pages is None else a.release_pages.tolist(),  # None until a free (0.5.20+)
             "available_size": int(a.available_size()),
             "free_rows": list(self.req_to_token_pool.free_slots),
             "tree": [list(e) for e in self.tree_contents()],
@@ -504,6 +631,8 @@ class RealBatch:
             raise ValueError(f"slotted has {len(slotted)} entries for {len(reqs)} requests")
         device = b.device
         b.req_pool_indices = torch.tensor([r.req_pool_idx for r in reqs], dtype=torch.int64, device=device)
+        if hasattr(b, "req_pool_indices_cpu"):  # 0.5.13+ keep a host copy (filter_batch indexes it)
+            b.req_pool_indices_cpu = b.req_pool_indices.cpu()
         b.seq_lens = torch.tensor(slotted, dtype=torch.int64, device=device)
         b.seq_lens_cpu = torch.tensor(slotted, dtype=torch.int64)
         b.orig_seq_lens = torch.tensor(
@@ -537,7 +666,7 @@ class RealBatch:
         if not self._retracting:
             self.as_running()
             self._retracting = True
-        self.inner.release_req(idx, remaining_req_count, self.world.server_args)
+        call_declared(self.inner.release_req, idx, remaining_req_count, server_args=self.world.server_args)
 
     def retract_decode(self) -> list[Any]:
         """The real ``retract_decode(server_args)``: SGLang's own retraction order and loop
@@ -546,7 +675,7 @@ class RealBatch:
         self.world.activate()
         self.as_running()
         self._retracting = False
-        result = self.inner.retract_decode(self.world.server_args)
+        result = call_declared(self.inner.retract_decode, server_args=self.world.server_args)
         return list(result[0])
 
     def filter(self, keep_indices: list[int]) -> None:

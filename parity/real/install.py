@@ -10,7 +10,7 @@ place only when pip succeeded and the result holds the right version, so a half 
 reused. With ``KVPARITY_SGLANG_WHEELS=DIR`` pip installs from that folder of wheels only
 (``--no-index --find-links DIR``), for machines without a network.
 
-This module never imports sglang: a path's version is read from ``sglang/version.py`` as text.
+This module never imports sglang: a path's version is read from ``sglang/version.py`` or ``sglang/_version.py`` as text.
 """
 
 from __future__ import annotations
@@ -78,12 +78,10 @@ def cache_root() -> Path:
     return Path(base) / "kvparity" / "sglang"
 
 
-def read_version(folder: str | os.PathLike[str]) -> str | None:
-    """The ``__version__`` of the ``sglang`` package in ``folder``, read from ``sglang/version.py``
-    without importing it; None when there is no such package or file."""
-    version_file = Path(folder) / "sglang" / "version.py"
+def _version_constant(path: Path) -> str | None:
+    """The string assigned to ``__version__`` at the top level of ``path`` (read as text), or None."""
     try:
-        tree = ast.parse(version_file.read_text(encoding="utf-8"))
+        tree = ast.parse(path.read_text(encoding="utf-8"))
     except (OSError, SyntaxError, ValueError):
         return None
     for node in tree.body:
@@ -91,6 +89,15 @@ def read_version(folder: str | os.PathLike[str]) -> str | None:
             if isinstance(node.value, ast.Constant) and isinstance(node.value.value, str):
                 return node.value.value
     return None
+
+
+def read_version(folder: str | os.PathLike[str]) -> str | None:
+    """The ``__version__`` of the ``sglang`` package in ``folder``, read without importing it: from
+    ``sglang/version.py`` (up to 0.5.6), else from ``sglang/_version.py``, which setuptools-scm
+    writes into the wheels from 0.5.7 on (``version.py`` then only imports it); None when neither
+    holds one (a git checkout that was never built has no ``_version.py``)."""
+    package = Path(folder) / "sglang"
+    return _version_constant(package / "version.py") or _version_constant(package / "_version.py")
 
 
 def _looks_like_path(spec: str) -> bool:
@@ -115,7 +122,7 @@ def _resolve_path(spec: str, *, check_supported: bool) -> SGLangSource:
         raise RealSGLangError(f"the folder {str(folder)!r} holds no sglang package{hint}")
     version = read_version(folder)
     if version is None:
-        raise RealSGLangError(f"the sglang package in {str(folder)!r} has no readable sglang/version.py __version__")
+        raise RealSGLangError(f"the sglang package in {str(folder)!r} has no readable __version__ in sglang/version.py or sglang/_version.py (a checkout that was never built or pip-installed has none)")
     if check_supported:
         versions.entry(version)  # refuses an unsupported version, naming the nearest one
     return SGLangSource(str(folder), version, "path")

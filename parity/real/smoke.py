@@ -41,6 +41,7 @@ def play_smoke(world: RealWorld, a_tokens: tuple[int, ...] = A_TOKENS, b_tokens:
 
     for req in (a, b):
         world.init_next_round_input(req)
+        world.admit(req, None, continuing=False)
         world.tree_cache.inc_lock_ref(req.last_node)
     extend = world.batch([a, b])
     extend.prepare_for_extend()

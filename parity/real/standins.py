@@ -66,6 +66,17 @@ STANDINS: dict[str, StandIn] = {
     "orjson": StandIn("srt/server_args.py (0.5.3.post2+): JSON of server arguments", True),
     "xgrammar": StandIn("srt/entrypoints/openai/protocol.py (0.5.4): structured-output grammars", False),
     "torchvision": StandIn("srt/configs/deepseek_ocr.py (0.5.4): image transforms of an OCR model", False),
+    "compressed_tensors": StandIn("srt/layers/quantization/compressed_tensors (0.5.9+, via configs.model_config): quantised weights", False),
+    "gguf": StandIn("srt/layers/quantization/gguf.py (0.5.6+, via configs.model_config): GGUF weights", False),
+    "pydantic_core": StandIn("srt/utils/msgspec_utils.py (0.5.22+): schemas of the API messages", False),
+    # SGLang's own modules that import a NEVER_STAND_IN package unconditionally: the module itself
+    # is stood in, so the package stays absent (and SGLang's fallbacks elsewhere still see it absent).
+    "sglang.srt.layers.moe.moe_runner.deep_gemm": StandIn(
+        "srt/layers/moe/moe_runner/runner.py (0.5.6+, via configs.model_config -> quantization): the DeepGEMM MoE "
+        "runner, which imports sgl_kernel unconditionally", False),
+    "sglang.srt.mem_cache.memory_pool_host": StandIn(
+        "srt/mem_cache/hicache_storage.py (0.5.6+): HiCache's host-memory KV pool (hierarchical cache off here), which "
+        "imports sgl_kernel.kvcacheio unconditionally on CUDA and CPU", False),
 }
 
 # Must never get a stand-in: SGLang imports them inside try/except and falls back without them.
@@ -102,7 +113,8 @@ _REASONS: dict[str, str] = {}
 
 
 def _used(name: str, what: str) -> StandInUsed:
-    top = name.split(".")[0]
+    stood_in = [n for n in (*_REASONS, *STANDINS) if name == n or name.startswith(n + ".")]
+    top = max(stood_in, key=len) if stood_in else name.split(".")[0]
     reason = _REASONS.get(top) or (STANDINS[top].reason if top in STANDINS else "a stand-in")
     return StandInUsed(
         f"kvparity stand-in {name!r} was used ({what}) by {_caller()}: the real package {top!r} is not "
@@ -115,6 +127,13 @@ def _guard(name: str, what: str) -> None:
         raise _used(name, what)
 
 
+# Dunder attributes a stand-in still answers (with a placeholder, during import): SGLang's import-time
+# monkeypatches of transformers read ``PretrainedConfig.from_dict.__func__`` (0.5.11+) and iterate
+# ``PretrainedConfig.__class_validators__`` (0.5.22+). Every other
+# dunder stays absent so Python's own protocols (pickling, copying, ...) see no such attribute.
+_PATCHABLE_DUNDERS = frozenset({"__func__", "__class_validators__"})
+
+
 class _StandInMeta(type):
     """Metaclass of classes built on a stand-in (``class C(transformers.PretrainedConfig)``)."""
 
@@ -123,7 +142,7 @@ class _StandInMeta(type):
         return super().__call__(*args, **kwargs)
 
     def __getattr__(cls, attr: str) -> Any:
-        if attr.startswith("__") and attr.endswith("__"):
+        if attr.startswith("__") and attr.endswith("__") and attr not in _PATCHABLE_DUNDERS:
             raise AttributeError(attr)
         _guard(cls._standin_name, f"reading {cls.__qualname__}.{attr}")
         return _Placeholder(f"{cls._standin_name}.{attr}")
@@ -148,7 +167,7 @@ class _Placeholder:
         object.__setattr__(self, "_standin_name", name)
 
     def __getattr__(self, attr: str) -> Any:
-        if attr.startswith("__") and attr.endswith("__"):
+        if attr.startswith("__") and attr.endswith("__") and attr not in _PATCHABLE_DUNDERS:
             raise AttributeError(attr)
         name = object.__getattribute__(self, "_standin_name")
         _guard(name, f"reading .{attr}")
@@ -164,6 +183,9 @@ class _Placeholder:
     def __getitem__(self, key: Any) -> Any:
         _guard(self._standin_name, "subscripting it")
         return _Placeholder(f"{self._standin_name}[...]")
+
+    def __setitem__(self, key: Any, value: Any) -> None:  # registries: CONFIG_MAPPING._extra_content[k] = C
+        _guard(self._standin_name, "assigning an item")
 
     def __mro_entries__(self, bases: tuple[Any, ...]) -> tuple[type, ...]:
         _guard(self._standin_name, "subclassing it")
@@ -181,6 +203,10 @@ class _Placeholder:
         return True
 
     def __iter__(self) -> Any:
+        # While importing, a stand-in iterates as empty: import-time patch loops over a stood-in
+        # package's registries then do nothing, which is all an unused package needs.
+        if _importing():
+            return iter(())
         raise _used(self._standin_name, "iterating it")
 
     def __repr__(self) -> str:
@@ -200,7 +226,7 @@ class _Finder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
         self.tops = tops
 
     def find_spec(self, fullname: str, path: Any, target: Any = None) -> importlib.machinery.ModuleSpec | None:
-        if fullname.split(".")[0] in self.tops:
+        if any(fullname == name or fullname.startswith(name + ".") for name in self.tops):
             return importlib.machinery.ModuleSpec(fullname, self, is_package=True)
         return None
 

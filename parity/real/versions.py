@@ -8,6 +8,7 @@ entry fails loudly instead of driving the wrong code. This module never imports 
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from dataclasses import dataclass, field
 
@@ -16,6 +17,7 @@ from parity.real import RealSGLangError
 # Qualified names ("module:attribute" or "module:Class.method") of where things live.
 _SB = "sglang.srt.managers.schedule_batch"
 _COMMON = "sglang.srt.mem_cache.common"
+_ALLOCATION = "sglang.srt.mem_cache.allocation"  # the allocation half of common.py, from 0.5.16
 _SERVER_ARGS = "sglang.srt.server_args"
 
 # ``ScheduleBatch.init_new`` and ``ScheduleBatch.release_req``: the same in 0.5.3 .. 0.5.4.
@@ -94,6 +96,28 @@ class VersionEntry:
     # keeps the index of the row it gave back until its next prepare_for_extend).
     retract_clears_req_pool_idx: bool = True
     oom_messages: dict[str, str] = field(default_factory=lambda: dict(_OOM_SCHEDULE_BATCH))
+    # The Req field holding the matched prefix length the cache protects (renamed in 0.5.6).
+    protected_len_field: str = "last_matched_prefix_len"
+    # How the PrefillAdder sets a request's fill boundary: "assign" (fill_ids and extend_input_len
+    # assigned on a cut), "setter" (0.5.9+: a new request cut with Req.set_extend_input_len),
+    # "fill_len" (0.5.13+: full_untruncated_fill_ids and fill_len, set for every admitted request),
+    # "extend_range" (0.5.16+: Req.set_extend_range; extend lengths are computed, not stored).
+    admission: str = "assign"
+    # The scheduler frees the chunked request's row after caching it (up to 0.5.8; from 0.5.9 the
+    # request keeps its row and ReqToTokenPool.alloc(reqs) reuses it).
+    stash_frees_row: bool = True
+    # What the scheduler calls when a request finishes: None (tree_cache.cache_finished_req), or
+    # where ``release_kv_cache(req, tree_cache)`` lives (0.5.5.post1+: it wraps cache_finished_req
+    # and, from 0.5.16, passes kv_len_to_handle and frees the row itself).
+    finish_via: str | None = None
+    # The request's row and KV lengths live in ``req.kv`` (a ReqKvInfo, 0.5.20+), not on Req.
+    req_kv_info: bool = False
+    # What the tokenizer hands Req as origin_input_ids: "list", or "array" (array("q"), 0.5.13+).
+    input_ids_type: str = "list"
+    # Where ChunkCache lives (None: the release has none, 0.5.22+).
+    chunk_cache: str | None = "sglang.srt.mem_cache.chunk_cache:ChunkCache"
+    # The one parameter object the caches take from 0.5.6 (None before: keyword arguments).
+    cache_init_params: str | None = None
 
     @property
     def prefill_only_possible(self) -> bool:
@@ -112,59 +136,102 @@ class VersionEntry:
         return None
 
 
-SUPPORTED: dict[str, VersionEntry] = {
-    e.version: e
-    for e in (
-        VersionEntry(
-            version="0.5.3",
-            family="legacy",
-            write_cache_indices=None,
-            get_last_loc=f"{_SB}:get_last_loc",
-            alloc_extend_caller=f"{_SB}:ScheduleBatch.alloc_paged_token_slots_extend",
-            globals_style="dict",
-            globals_target=f"{_SB}:global_server_args_dict",
-            prefix_default="list",
-            chunk_prefix="int32 view",
-            prefill_only_spec_check="dict is None",
-        ),
-        VersionEntry(
-            version="0.5.3.post1",
-            family="refactored",
-            write_cache_indices=f"{_SB}:ScheduleBatch.write_cache_indices",
-            get_last_loc=f"{_SB}:get_last_loc",
-            alloc_extend_caller=f"{_SB}:ScheduleBatch.alloc_paged_token_slots_extend",
-            globals_style="dict",
-            globals_target=f"{_SB}:global_server_args_dict",
-            prefill_only_spec_check="dict None or NONE",
-        ),
-        VersionEntry(
-            version="0.5.3.post2",
-            family="refactored",
-            write_cache_indices=f"{_COMMON}:write_cache_indices",
-            get_last_loc=f"{_COMMON}:get_last_loc",
-            alloc_extend_caller=f"{_COMMON}:alloc_paged_token_slots_extend",
-            globals_style="server_args",
-            globals_target=f"{_SERVER_ARGS}:set_global_server_args_for_scheduler",
-            release_req_kind="cache_finished_req_no_insert",
-            retract_decode_steps="sglang.srt.environ:envs.SGLANG_RETRACT_DECODE_STEPS",
-            finished_tail_free="last",
-            oom_messages=dict(_OOM_COMMON),
-        ),
-        VersionEntry(
-            version="0.5.4",
-            family="refactored",
-            write_cache_indices=f"{_COMMON}:write_cache_indices",
-            get_last_loc=f"{_COMMON}:get_last_loc",
-            alloc_extend_caller=f"{_COMMON}:alloc_paged_token_slots_extend",
-            globals_style="server_args",
-            globals_target=f"{_SERVER_ARGS}:set_global_server_args_for_scheduler",
-            release_req_kind="cache_finished_req_no_insert",
-            retract_decode_steps="sglang.srt.environ:envs.SGLANG_RETRACT_DECODE_STEPS",
-            finished_tail_free="last",
-            retract_clears_req_pool_idx=False,
-            oom_messages=dict(_OOM_COMMON),
-        ),
-    )
+def _chain(first: VersionEntry, *changes: tuple[str, dict[str, object]]) -> list[VersionEntry]:
+    """Each release after ``first`` as the release before it plus what changed on this path (the
+    changes are the table's documentation: one release, one dict of fields)."""
+    entries = [first]
+    for version, fields in changes:
+        entries.append(dataclasses.replace(entries[-1], version=version, **fields))  # type: ignore[arg-type]
+    return entries
+
+
+_FIRST = VersionEntry(
+    version="0.5.3",
+    family="legacy",
+    write_cache_indices=None,
+    get_last_loc=f"{_SB}:get_last_loc",
+    alloc_extend_caller=f"{_SB}:ScheduleBatch.alloc_paged_token_slots_extend",
+    globals_style="dict",
+    globals_target=f"{_SB}:global_server_args_dict",
+    prefix_default="list",
+    chunk_prefix="int32 view",
+    prefill_only_spec_check="dict is None",
+)
+
+# Release -> the fields that differ from the release before it.
+CHANGES: tuple[tuple[str, dict[str, object]], ...] = (
+    ("0.5.3.post1", dict(
+        family="refactored", write_cache_indices=f"{_SB}:ScheduleBatch.write_cache_indices",
+        prefix_default="int64", chunk_prefix="int64 copy", prefill_only_spec_check="dict None or NONE",
+    )),
+    ("0.5.3.post2", dict(
+        write_cache_indices=f"{_COMMON}:write_cache_indices", get_last_loc=f"{_COMMON}:get_last_loc",
+        alloc_extend_caller=f"{_COMMON}:alloc_paged_token_slots_extend", globals_style="server_args",
+        globals_target=f"{_SERVER_ARGS}:set_global_server_args_for_scheduler",
+        release_req_kind="cache_finished_req_no_insert",
+        retract_decode_steps="sglang.srt.environ:envs.SGLANG_RETRACT_DECODE_STEPS",
+        finished_tail_free="last", oom_messages=dict(_OOM_COMMON), prefill_only_spec_check="server_args is None",
+    )),
+    ("0.5.3.post3", dict()),
+    ("0.5.4", dict(retract_clears_req_pool_idx=False)),
+    ("0.5.4.post1", dict()),
+    ("0.5.4.post2", dict()),
+    ("0.5.4.post3", dict()),
+    ("0.5.5", dict()),
+    ("0.5.5.post1", dict(finish_via=f"{_COMMON}:release_kv_cache")),
+    ("0.5.5.post2", dict()),
+    ("0.5.5.post3", dict()),
+    ("0.5.6", dict(
+        init_new_params=_INIT_NEW + ("dllm_config",),
+        cache_init_params="sglang.srt.mem_cache.cache_init_params:CacheInitParams",
+        protected_len_field="cache_protected_len",
+    )),
+    ("0.5.6.post1", dict()),
+    ("0.5.6.post2", dict()),
+    ("0.5.7", dict()),
+    ("0.5.8", dict(init_new_params=_INIT_NEW + ("dllm_staging_reqs", "dllm_config"))),
+    ("0.5.8.post1", dict()),
+    ("0.5.9", dict(init_new_params=_INIT_NEW + ("dllm_config",), admission="setter", stash_frees_row=False)),
+    ("0.5.10", dict()),
+    ("0.5.10.post1", dict()),
+    ("0.5.11", dict()),
+    ("0.5.12", dict()),
+    ("0.5.12.post1", dict()),
+    ("0.5.13", dict(input_ids_type="array", admission="fill_len")),
+    ("0.5.13.post1", dict()),
+    ("0.5.14", dict()),
+    ("0.5.15", dict(admission="extend_range")),
+    ("0.5.15.post1", dict()),
+    ("0.5.16", dict(
+        write_cache_indices=f"{_ALLOCATION}:write_cache_indices", get_last_loc=f"{_ALLOCATION}:get_last_loc",
+        alloc_extend_caller=f"{_ALLOCATION}:alloc_paged_token_slots_extend",
+    )),
+    ("0.5.17", dict()),
+    ("0.5.18", dict(release_req_params=_RELEASE_REQ + ("offload_kv",))),
+    ("0.5.19", dict(
+        release_req_params=("idx", "remaing_req_count", "offload_kv"), req_kv_info=True,
+        protected_len_field="kv.cache_protected_len",
+    )),
+    ("0.5.20", dict()),
+    ("0.5.21", dict()),
+)
+
+SUPPORTED: dict[str, VersionEntry] = {e.version: e for e in _chain(_FIRST, *CHANGES)}
+
+# Releases on the package index that kvparity cannot drive yet, each with the concrete reason
+# (found by importing and driving each one; see docs/matrix/README.md).
+NOT_DRIVEN: dict[str, str] = {
+    "0.5.22": (
+        "the state model changed: ChunkCache and Req.prefix_indices are removed (a disabled "
+        "radix cache is a disabled UnifiedRadixCache, the prefix is read from the row or the tree path) "
+        "and RadixCache has no cache_unfinished_req any more (the cache API became checkpoint / finish / "
+        "claim_kv_row); kvparity's scheduler loop and snapshots need an adapter for that model"
+    ),
+    "0.5.23": (
+        "the 0.5.22 state model; besides, sglang's import chain now reaches "
+        "sglang/kernels/ops/communication/all_reduce.py, which imports tvm_ffi (Apache TVM's compiled "
+        "FFI package) unconditionally"
+    ),
 }
 
 # A PEP 440 release as SGLang publishes them: N.N.N[.postN], optionally rcN / .devN.
@@ -219,6 +286,8 @@ def entry(version: str) -> VersionEntry:
     bare = parse_version(version)
     if bare in SUPPORTED:
         return SUPPORTED[bare]
+    if bare in NOT_DRIVEN:
+        raise RealSGLangError(f"SGLang {bare} cannot be driven by kvparity yet: {NOT_DRIVEN[bare]}")
     near = nearest_supported(bare)
     raise RealSGLangError(
         f"SGLang {bare} is not supported by kvparity's real-SGLang adapter (supported: "

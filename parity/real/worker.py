@@ -48,7 +48,6 @@ DEFAULT_START_TIMEOUT = 180.0
 SGLANG_MODULES = (
     "sglang.srt.managers.schedule_batch",
     "sglang.srt.mem_cache.radix_cache",
-    "sglang.srt.mem_cache.chunk_cache",
     "sglang.srt.mem_cache.allocator",
     "sglang.srt.mem_cache.memory_pool",
     "sglang.srt.sampling.sampling_params",
@@ -497,14 +496,17 @@ def _startup(args: argparse.Namespace, ctx: Context) -> None:
     folder = os.path.abspath(args.sglang)
     on_disk = install.read_version(folder)
     if on_disk is None:
-        raise RealSGLangError(f"the folder {folder!r} holds no sglang package with a version.py")
+        raise RealSGLangError(f"the folder {folder!r} holds no sglang package with a readable version")
     if args.expect and on_disk != args.expect:
         raise RealSGLangError(f"the folder {folder!r} holds sglang {on_disk}, not the expected {args.expect}")
     entry = versions.entry(on_disk)
     sys.path.insert(0, folder)
     ctx.standins = standins.install()
     t0 = time.perf_counter()
-    where = (entry.write_cache_indices or "", entry.get_last_loc, entry.alloc_extend_caller, entry.globals_target)
+    where = (
+        entry.write_cache_indices or "", entry.get_last_loc, entry.alloc_extend_caller, entry.globals_target,
+        entry.chunk_cache or "", entry.cache_init_params or "", entry.finish_via or "",
+    )
     for module in SGLANG_MODULES + tuple(q.partition(":")[0] for q in where if q):
         importlib.import_module(module)
     import_s = time.perf_counter() - t0
@@ -515,7 +517,7 @@ def _startup(args: argparse.Namespace, ctx: Context) -> None:
         raise RealSGLangError(f"sglang was imported from {loaded_from!r}, not from {folder!r}")
     real_version = importlib.import_module("sglang.version").__version__
     if real_version != on_disk:
-        raise RealSGLangError(f"sglang reports version {real_version}, its version.py says {on_disk}")
+        raise RealSGLangError(f"sglang reports version {real_version}, its version file says {on_disk}")
     from parity.real import adapter
 
     problems = adapter.verify_entry(entry)

@@ -48,7 +48,7 @@ def test_parse_version_refuses_other_text(spec):
 
 @pytest.mark.parametrize(
     "version, nearest",
-    [("0.5.2", "0.5.3"), ("0.4.0", "0.5.3"), ("0.5.3.post3", "0.5.3.post2"), ("0.5.5", "0.5.4"), ("1.0.0", "0.5.4"),
+    [("0.5.2", "0.5.3"), ("0.4.0", "0.5.3"), ("0.5.3.post9", "0.5.3.post3"), ("0.5.5.post9", "0.5.5.post3"), ("1.0.0", "0.5.21"),
      ("0.5.3rc1", "0.5.3")],
 )
 def test_unsupported_version_is_refused_naming_the_nearest(version, nearest):
@@ -59,12 +59,13 @@ def test_unsupported_version_is_refused_naming_the_nearest(version, nearest):
 def test_version_table():
     assert set(versions.SUPPORTED) >= {"0.5.3", "0.5.3.post1", "0.5.3.post2", "0.5.4"}
     fam = {v: e.family for v, e in versions.SUPPORTED.items()}
-    assert fam == {"0.5.3": "legacy", "0.5.3.post1": "refactored", "0.5.3.post2": "refactored", "0.5.4": "refactored"}
+    assert fam.pop("0.5.3") == "legacy" and set(fam.values()) == {"refactored"}
     e = versions.SUPPORTED
     assert e["0.5.3"].write_cache_indices is None
     assert e["0.5.3.post1"].write_cache_indices.endswith(":ScheduleBatch.write_cache_indices")
     assert e["0.5.3.post2"].write_cache_indices == "sglang.srt.mem_cache.common:write_cache_indices"
-    assert [x.globals_style for x in e.values()] == ["dict", "dict", "server_args", "server_args"]
+    assert [e[v].globals_style for v in ("0.5.3", "0.5.3.post1", "0.5.3.post2", "0.5.4", "0.5.21")] == [
+        "dict", "dict", "server_args", "server_args", "server_args"]
     assert e["0.5.3"].label == "sglang-0.5.3"
     assert not e["0.5.3"].prefill_only_possible and e["0.5.3.post1"].prefill_only_possible
     assert e["0.5.4"].oom_kind("Out of memory. Try to lower your batch size.\n...") == "extend_1"
@@ -139,7 +140,9 @@ def test_damaged_cache_entry_is_reinstalled(tmp_path, no_wheels):
 def test_unsupported_version_is_refused_before_pip(tmp_path, no_wheels):
     pip = FakePip()
     with pytest.raises(RealSGLangError, match="nearest supported version is 0.5.4"):
-        install.resolve("0.5.5", cache_dir=tmp_path, pip=pip)
+        install.resolve("0.5.4.post9", cache_dir=tmp_path, pip=pip)
+    with pytest.raises(RealSGLangError, match="cannot be driven by kvparity yet: the state model changed"):
+        install.resolve("0.5.22", cache_dir=tmp_path, pip=pip)
     assert pip.calls == []
 
 
@@ -485,3 +488,24 @@ def test_a_standin_used_in_the_worker_fails_the_call(real_worker):
         real_worker.call("probe_standin", name="transformers", attr="AutoTokenizer")
     assert used.value.type == "StandInUsed" and "'transformers'" in used.value.remote_message
     assert real_worker.call("echo", ok=True) == {"ok": True}
+
+
+# Every release of sglang on PyPI from 0.5.3 to 0.5.23 (pip index versions sglang, 2026-12-01).
+RELEASES_0_5_3_TO_0_5_23 = (
+    "0.5.3 0.5.3.post1 0.5.3.post2 0.5.3.post3 0.5.4 0.5.4.post1 0.5.4.post2 0.5.4.post3 0.5.5 0.5.5.post1 "
+    "0.5.5.post2 0.5.5.post3 0.5.6 0.5.6.post1 0.5.6.post2 0.5.7 0.5.8 0.5.8.post1 0.5.9 0.5.10 0.5.10.post1 "
+    "0.5.11 0.5.12 0.5.12.post1 0.5.13 0.5.13.post1 0.5.14 0.5.15 0.5.15.post1 0.5.16 0.5.17 0.5.18 0.5.19 "
+    "0.5.20 0.5.21 0.5.22 0.5.23"
+).split()
+
+
+def test_every_release_is_driven_or_refused_with_its_reason():
+    assert sorted(set(versions.SUPPORTED) | set(versions.NOT_DRIVEN), key=versions.version_key) == RELEASES_0_5_3_TO_0_5_23
+    assert not set(versions.SUPPORTED) & set(versions.NOT_DRIVEN)
+
+
+def test_each_release_entry_is_the_one_before_plus_its_changes():
+    ordered = [versions.SUPPORTED[v] for v in sorted(versions.SUPPORTED, key=versions.version_key)]
+    for before, after in zip(ordered, ordered[1:]):
+        changed = {k for k, v in vars(after).items() if k != "version" and vars(before)[k] != v}
+        assert changed == set(dict(versions.CHANGES)[after.version]), after.version
