@@ -7,8 +7,11 @@ renumbered, 1 when one diverges, 2 for a usage or install error."""
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
+import os
 import sys
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from parity.cli_paths import output_path_problem
@@ -22,14 +25,26 @@ def add(commands: argparse._SubParsersAction, parser_class: type) -> None:
     text = "compare real SGLang releases pairwise, exactly or up to renumbering"
     sub = commands.add_parser("matrix", help=text, description=text)
     sub.add_argument("versions", nargs="*", metavar="VERSION",
-                     help=f"releases, oldest first (default: {' '.join(DEFAULT_VERSIONS)})")
+                     help=f"releases, oldest first, or 'all' for every release kvparity drives "
+                          f"(default: {' '.join(DEFAULT_VERSIONS)})")
     sub.add_argument("--base", metavar="V", help="compare every release against V instead of the one before it")
     sub.add_argument("--backend", choices=("triton", "torch", "all"), default="all")
     sub.add_argument("--examples", type=int, default=DEFAULT_PER_TEMPLATE, help="scenarios per template (default 10)")
+    sub.add_argument("--jobs", type=int, default=None, metavar="N",
+                     help="releases played at once, each in its own worker process (default: the usable cores)")
     sub.add_argument("--json", metavar="PATH", help="write the matrix as JSON")
     sub.add_argument("--markdown", metavar="PATH", help="write the matrix as a Markdown table")
     sub.add_argument("--png", metavar="PATH", help="draw releases by verdict (needs matplotlib)")
     sub.set_defaults(func=run)
+
+
+def _versions(given: list[str]) -> list[str]:
+    """The releases named, oldest first as given; 'all': every release kvparity drives."""
+    if given == ["all"]:
+        from parity.real.versions import SUPPORTED, version_key
+
+        return sorted(SUPPORTED, key=version_key)
+    return list(given or DEFAULT_VERSIONS)
 
 
 def _pairs(versions: list[str], base: str | None) -> list[tuple[str, str]]:
@@ -41,6 +56,8 @@ def _pairs(versions: list[str], base: str | None) -> list[tuple[str, str]]:
 def _problem(args: argparse.Namespace) -> str | None:
     if not 1 <= args.examples <= 10_000:
         return f"--examples must be from 1 to 10000 (got {args.examples})"
+    if args.jobs is not None and not 1 <= args.jobs <= 256:
+        return f"--jobs must be from 1 to 256 (got {args.jobs})"
     for option in ("json", "markdown", "png"):
         problem = output_path_problem(f"--{option}", getattr(args, option))
         if problem:
@@ -72,7 +89,7 @@ def _scenarios(per_template: int) -> list:
 
 def run(args: argparse.Namespace) -> int:
     problem = _problem(args)
-    versions = list(args.versions or DEFAULT_VERSIONS)
+    versions = _versions(args.versions)
     if not problem and len(versions) + (args.base is not None and args.base not in versions) < 2:
         problem = "give at least two releases (or one and --base)"
     if problem:
@@ -88,21 +105,25 @@ def run(args: argparse.Namespace) -> int:
     profiles.load("ci")
     backends = ("torch", "triton") if args.backend == "all" else (args.backend,)
     releases = versions + ([args.base] if args.base and args.base not in versions else [])
-    try:
-        lanes = {v: RealLane([v], backends) for v in releases}
-        for lane in lanes.values():
-            lane.start()
-    except RealSGLangError as exc:
-        print(f"kvparity matrix: {exc}", file=sys.stderr)
-        return USAGE_ERROR
-    scenarios = _scenarios(args.examples)
-    progress = Progress(len(scenarios))
-    try:
-        results = run_matrix(scenarios, lanes, _pairs(versions, args.base), tick=progress.step)
-    finally:
-        progress.close()
-        for lane in lanes.values():
-            lane.close()
+    jobs = args.jobs or len(os.sched_getaffinity(0))
+    lanes: dict = {}
+    with ThreadPoolExecutor(max_workers=jobs) as pool:  # each lane waits on its own worker process
+        try:
+            lanes = {v: RealLane([v], backends) for v in releases}
+            list(pool.map(lambda lane: lane.start(), lanes.values()))
+        except RealSGLangError as exc:
+            for lane in lanes.values():
+                lane.close()
+            print(f"kvparity matrix: {exc}", file=sys.stderr)
+            return USAGE_ERROR
+        scenarios = _scenarios(args.examples)
+        progress = Progress(len(scenarios))
+        try:
+            results = run_matrix(scenarios, lanes, _pairs(versions, args.base), tick=progress.step, pool=pool)
+        finally:
+            progress.close()
+            for lane in lanes.values():
+                lane.close()
     _print(results)
     _write(args, results)
     return 0 if all(r.verdict != "divergent" for r in results) else 1
@@ -115,16 +136,32 @@ def _print(results) -> None:
         print(f"{r.reference + ' vs ' + r.other:<{width}}  {r.scenarios:>9}  {r.verdict:<10}  {r.renumbered:>10}  {r.divergent:>9}")
         for name, n in sorted(r.findings.items()):
             print(f"  known difference: {name} (in {n} scenarios)")
+        for change in _release_changes(r):
+            pr = f", {change.pull_request}" if change.pull_request else ""
+            print(f"  release change ({change.kind}, {change.release}{pr}): {change.what}")
         if r.fields:
             print(f"  differs first in: {', '.join(f'{k} ({n})' for k, n in r.fields.most_common())}")
             print(f"  classes of the divergent scenarios: {', '.join(k for k, _ in r.classes.most_common(6))}")
             print(f"  first counterexample: {r.counterexample}")
 
 
+def _release(world: str) -> str:
+    """"sglang-0.5.9/torch" -> "0.5.9"."""
+    return world.split("/", 1)[0].removeprefix("sglang-")
+
+
+def _release_changes(r) -> list:
+    """The recorded changes on this path between the pair's two releases."""
+    from parity.real.changes import changes_between
+
+    return changes_between(_release(r.reference), _release(r.other))
+
+
 def _rows(results) -> list[dict]:
     return [{"reference": r.reference, "other": r.other, "verdict": r.verdict, "scenarios": r.scenarios,
              "renumbered": r.renumbered, "divergent": r.divergent, "fields": dict(r.fields),
              "classes": dict(r.classes), "known_changes": dict(r.findings), "counterexample": r.counterexample,
+             "release_changes": [dataclasses.asdict(c) for c in _release_changes(r)],
              "scenario": None if r.scenario is None else json.loads(r.scenario.to_json())} for r in results]
 
 
@@ -132,12 +169,15 @@ def _write(args: argparse.Namespace, results) -> None:
     if args.json:
         Path(args.json).write_text(json.dumps({"pairs": _rows(results)}, indent=2) + "\n")
     if args.markdown:
-        lines = ["| reference | release | scenarios | verdict | renumbered | divergent | known changes | first counterexample |",
-                 "|---|---|---|---|---|---|---|---|"]
+        lines = ["| reference | release | scenarios | verdict | renumbered | divergent | known changes | "
+                 "release changes on this path | first counterexample |",
+                 "|---|---|---|---|---|---|---|---|---|"]
         for r in results:
             known = "; ".join(f"{k} ({n})" for k, n in sorted(r.findings.items())) or "-"
+            notes = "; ".join(f"{c.kind}: {c.what}" + (f" ({c.pull_request})" if c.pull_request else "")
+                              for c in _release_changes(r)) or "-"
             lines.append(f"| {r.reference} | {r.other} | {r.scenarios} | {r.verdict} | {r.renumbered} | {r.divergent} "
-                         f"| {known} | {(r.counterexample or '-').replace('|', '/')} |")
+                         f"| {known} | {notes.replace('|', '/')} | {(r.counterexample or '-').replace('|', '/')} |")
         Path(args.markdown).write_text("\n".join(lines) + "\n")
     if args.png:
         _plot(results, args.png)

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Callable
+from concurrent.futures import Executor
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -100,6 +101,7 @@ def run_matrix(
     pairs: list[tuple[str, str]],
     *,
     tick: Callable[[], None] = lambda: None,
+    pool: Executor | None = None,
 ) -> list[PairResult]:
     """``lanes``: release -> a started ``RealLane`` of that release alone; ``pairs``: (reference
     release, release). Every release plays every scenario once; every pair is judged on them."""
@@ -109,7 +111,11 @@ def run_matrix(
     }
     for scenario in scenarios:
         stop, classes = play_pilot(scenario)
-        played = {release: lane.play(scenario, stop) for release, lane in lanes.items()}
+        if pool is None:
+            played = {release: lane.play(scenario, stop) for release, lane in lanes.items()}
+        else:  # the lanes' workers play at once; the results are judged here, in pair order
+            futures = {release: pool.submit(lane.play, scenario, stop) for release, lane in lanes.items()}
+            played = {release: future.result() for release, future in futures.items()}
         for (a, b, backend), result in results.items():
             ref, got = played[a][result.reference], played[b][result.other]
             if not isinstance(ref, list) or not isinstance(got, list):

@@ -515,7 +515,7 @@ class Scheduler:
     def _evict(self, step_index: int, num_tokens: int) -> StageRecord:
         if self.scenario.cache_kind != "radix":
             return StageRecord(step_index, "skip", notes=("evict without a radix cache",))
-        self.cache.evict(num_tokens)
+        self.world.evict(num_tokens)
         return StageRecord(step_index, "evict")
 
     # ---- what each request holds (for the conservation oracle) ------------------------------------

@@ -143,6 +143,14 @@ class World:
         """Is ``exc`` this model's out-of-memory error (``mem_cache.common``)?"""
         return isinstance(exc, RuntimeError) and ("out of KV memory" in str(exc) or "out of request rows" in str(exc))
 
+    def evict(self, num_tokens: int) -> None:
+        """Evict ``num_tokens`` from the tree (RealWorld: in the form the release's evict takes)."""
+        self.tree_cache.evict(num_tokens)
+
+    def release_pages(self) -> torch.Tensor:
+        """Freed pages waiting for the next sort (RealWorld reads each release's own store)."""
+        return self.allocator.release_pages
+
     def tree_contents(self) -> list[tuple]:
         return self.tree_cache.contents()
 

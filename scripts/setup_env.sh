@@ -31,7 +31,7 @@ if ! installed; then
   "$py" -m pip install -q -e "$root[test,real]" >&2
   echo "$want" > "$stamp"
 fi
-# The two real SGLang releases of the main job and the faithfulness lane, installed once into the
+# The real SGLang releases of the main job, the faithfulness lane and the CI matrix slice, installed once into the
 # per-user cache (offline afterwards; KVPARITY_SGLANG_WHEELS=DIR installs from a wheel folder).
-(cd "$root" && "$py" -m parity.real.install 0.5.3 0.5.3.post1) >&2
+(cd "$root" && "$py" -m parity.real.install 0.5.3 0.5.3.post1 0.5.3.post2 0.5.4) >&2
 echo "$py"

@@ -78,8 +78,20 @@ def _extend_len(req: Any) -> int:
     return len(req.full_untruncated_fill_ids) - len(req.prefix_indices)
 
 
+def _note_extend_logprob_start_len(req: Any) -> None:
+    """0.5.15+ compute ``extend_logprob_start_len`` in the batch, from the request's state at
+    admission; earlier releases store it on the request at init_next_round_input and at a cut.
+    kvparity keeps the value as of those two moments, so that both compare alike."""
+    req._kvparity_extend_logprob_start_len = _extend_logprob_start_len_now(req)
+
+
 def _extend_logprob_start_len(req: Any) -> int:
-    """0.5.16+: computed by the batch with SGLang's own ``compute_extend_logprob_start_len``."""
+    noted = getattr(req, "_kvparity_extend_logprob_start_len", None)
+    return _extend_logprob_start_len_now(req) if noted is None else noted
+
+
+def _extend_logprob_start_len_now(req: Any) -> int:
+    """SGLang's own ``compute_extend_logprob_start_len`` on the request's current state."""
     compute = importlib.import_module("sglang.srt.managers.schedule_batch").compute_extend_logprob_start_len
     return int(compute(
         logprob_start_len=req.logprob_start_len, prefix_len=len(req.prefix_indices), extend_len=_extend_len(req),
@@ -129,6 +141,7 @@ class _Sglang:
         self.RadixCache = importlib.import_module("sglang.srt.mem_cache.radix_cache").RadixCache
         self.ChunkCache = _optional(entry.chunk_cache)
         self.release_kv_cache = _optional(entry.finish_via)
+        self.EvictParams = _optional(entry.evict_params)
         # From 0.5.6 the caches take one CacheInitParams instead of keyword arguments.
         self.CacheInitParams = _optional(entry.cache_init_params)
         self.set_globals: Callable[[Any], None] | None = None
@@ -405,6 +418,7 @@ class RealWorld:
             req.fill_len = len(req.full_untruncated_fill_ids)
         elif self.entry.admission == "extend_range":
             req.extend_range = None
+            _note_extend_logprob_start_len(req)
 
     def cache_unfinished_req(self, req: Any, chunked: bool = False) -> None:
         self.activate()
@@ -418,6 +432,7 @@ class RealWorld:
         if style == "extend_range":
             whole = len(req.full_untruncated_fill_ids) - prefix_len
             req.set_extend_range(prefix_len, prefix_len + (whole if tokens is None else tokens))
+            _note_extend_logprob_start_len(req)
         elif style == "fill_len":
             if continuing:
                 req.set_extend_input_len(req.extend_input_len if tokens is None else tokens)
@@ -443,6 +458,12 @@ class RealWorld:
     def out_of_memory(self, exc: BaseException) -> bool:
         """Is ``exc`` one of this version's out-of-memory errors (the version table's wording)?"""
         return isinstance(exc, RuntimeError) and self.entry.oom_kind(str(exc)) is not None
+
+    def evict(self, num_tokens: int) -> None:
+        """``tree_cache.evict``: with a count up to 0.5.8, an EvictParams from 0.5.9."""
+        self.activate()
+        params = self.sg.EvictParams
+        self.tree_cache.evict(num_tokens if params is None else params(num_tokens=num_tokens))
 
     def cache_finished_req(self, req: Any) -> None:
         """What this release's scheduler calls for a finished request."""
@@ -477,6 +498,17 @@ class RealWorld:
 
     # ------------------------------------------------------------------ plain views (for snapshots)
 
+    def release_pages(self) -> torch.Tensor:
+        """Freed pages waiting for the next sort: ``release_pages`` (None until the first free from
+        0.5.20), or from 0.5.21 the paged allocator's ``staged_pages`` list, in order."""
+        a = self.allocator
+        staged = getattr(a, "staged_pages", None)
+        if staged is not None:
+            return torch.cat(staged) if staged else torch.empty((0,), dtype=torch.int64, device=a.device)
+        if a.release_pages is None:
+            return torch.empty((0,), dtype=torch.int64, device=a.device)
+        return a.release_pages
+
     def tree_contents(self, cache: Any = None) -> list[tuple]:
         """One ``(extra_key, full token path, node slots, lock_ref)`` per node of the real radix
         tree, sorted (kvparity's ``RadixCache.contents()`` format); [] for a ChunkCache."""
@@ -496,7 +528,7 @@ class RealWorld:
         out: dict[str, Any] = {
             "req_to_token": self.req_to_token_pool.req_to_token.tolist(),
             "free_pages": a.free_pages.tolist(),
-            "release_pages": [] if a.release_pages is None else a.release_pages.tolist(),  # None until a free (0.5.20+)
+            "release_pages": self.release_pages().tolist(),
             "available_size": int(a.available_size()),
             "free_rows": list(self.req_to_token_pool.free_slots),
             "tree": [list(e) for e in self.tree_contents()],

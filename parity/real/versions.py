@@ -112,6 +112,8 @@ class VersionEntry:
     finish_via: str | None = None
     # The request's row and KV lengths live in ``req.kv`` (a ReqKvInfo, 0.5.20+), not on Req.
     req_kv_info: bool = False
+    # The parameter object RadixCache.evict takes (0.5.9+; before, the number of tokens).
+    evict_params: str | None = None
     # What the tokenizer hands Req as origin_input_ids: "list", or "array" (array("q"), 0.5.13+).
     input_ids_type: str = "list"
     # Where ChunkCache lives (None: the release has none, 0.5.22+).
@@ -191,7 +193,10 @@ CHANGES: tuple[tuple[str, dict[str, object]], ...] = (
     ("0.5.7", dict()),
     ("0.5.8", dict(init_new_params=_INIT_NEW + ("dllm_staging_reqs", "dllm_config"))),
     ("0.5.8.post1", dict()),
-    ("0.5.9", dict(init_new_params=_INIT_NEW + ("dllm_config",), admission="setter", stash_frees_row=False)),
+    ("0.5.9", dict(
+        init_new_params=_INIT_NEW + ("dllm_config",), admission="setter", stash_frees_row=False,
+        evict_params="sglang.srt.mem_cache.base_prefix_cache:EvictParams",
+    )),
     ("0.5.10", dict()),
     ("0.5.10.post1", dict()),
     ("0.5.11", dict()),

@@ -505,7 +505,7 @@ def _startup(args: argparse.Namespace, ctx: Context) -> None:
     t0 = time.perf_counter()
     where = (
         entry.write_cache_indices or "", entry.get_last_loc, entry.alloc_extend_caller, entry.globals_target,
-        entry.chunk_cache or "", entry.cache_init_params or "", entry.finish_via or "",
+        entry.chunk_cache or "", entry.cache_init_params or "", entry.finish_via or "", entry.evict_params or "",
     )
     for module in SGLANG_MODULES + tuple(q.partition(":")[0] for q in where if q):
         importlib.import_module(module)

@@ -4,6 +4,8 @@ and where), and a difference in anything that is no number is "divergent" too.""
 
 from __future__ import annotations
 
+import dataclasses
+
 import torch
 
 from parity.poison import POISON
@@ -79,3 +81,41 @@ def test_paged_slots_keep_their_offset_in_the_page():
     """Page size 2: slots 2, 3 (page 1) may not become 3, 2 (offsets swapped within the page)."""
     swapped = renumbering_verdict(run((2, 3), 4), run((3, 2), 4), 2, exact=False)
     assert swapped.verdict == DIVERGENT and "offset" in swapped.detail and "step 0 extend" in swapped.detail
+
+
+def taller(snapshots, row_shift=1):
+    """The same run on a table with one more row in front (SGLang 0.5.11 reserves row 0): every
+    row index one higher, the reserved row never written."""
+    out = []
+    for s in snapshots:
+        table = torch.full((s.req_to_token.shape[0] + 1, s.req_to_token.shape[1]), POISON, dtype=torch.int32)
+        table[row_shift:] = s.req_to_token
+        requests = {rid: dataclasses.replace(v, req_pool_idx=None if v.req_pool_idx is None else v.req_pool_idx + row_shift)
+                    for rid, v in s.requests.items()}
+        record = dataclasses.replace(s.record, rows=tuple(r + row_shift for r in s.record.rows))
+        out.append(dataclasses.replace(s, record=record, req_to_token=table, requests=requests,
+                                       free_rows=tuple(r + row_shift for r in s.free_rows)))
+    return out
+
+
+def test_a_reserved_row_in_front_is_renumbered():
+    verdict = renumbering_verdict(run((1, 2), 3), taller(run((1, 2), 3)), 1, exact=False)
+    assert verdict.verdict == RENUMBERED, verdict.detail
+    assert verdict.rows == {0: 1}
+
+
+def test_an_extra_row_that_was_written_is_divergent():
+    other = taller(run((1, 2), 3))
+    other[-1].req_to_token[0, 0] = 7  # the "reserved" row holds a slot
+    verdict = renumbering_verdict(run((1, 2), 3), other, 1, exact=False)
+    assert verdict.verdict == DIVERGENT and "more rows" in verdict.detail
+
+
+def test_a_waiting_requests_scratch_fields_are_not_compared():
+    """A waiting request's fill ids are recomputed at its next admission (0.5.15 empties them at
+    a retraction, 0.5.14 keeps them): not a difference while it waits; once admitted, they are."""
+    ref, got = run((1, 2), 3), run((1, 2), 3)
+    got[0].requests["r0"] = dataclasses.replace(ref[0].requests["r0"], fill_ids=(9, 9, 9), extend_input_len=3)
+    assert renumbering_verdict(ref, got, 1, exact=False).verdict != DIVERGENT
+    got[1].requests["r0"] = view(0, fill=(9, 9))
+    assert renumbering_verdict(ref, got, 1, exact=False).verdict == DIVERGENT
