@@ -29,9 +29,13 @@ EXACT, RENUMBERED, DIVERGENT = "exact", "renumbered", "divergent"
 _PLAIN_FIELDS = ("status", "fill_ids", "extend_input_len", "cached_tokens", "already_computed",
                  "extend_logprob_start_len", "last_matched_prefix_len", "output_len")
 # Of those, what a waiting request holds from an earlier round (or a retraction's reset, which
-# releases reset differently: 0.5.15+ empty the fill ids): its next init_next_round_input
+# releases reset differently: 0.5.11+ zero the protected length): its next init_next_round_input
 # computes them afresh before anything reads them, so they are compared only once it is admitted.
-_SCRATCH_WHILE_WAITING = frozenset({"fill_ids", "extend_input_len", "extend_logprob_start_len"})
+_SCRATCH_WHILE_WAITING = frozenset({"fill_ids", "extend_input_len", "extend_logprob_start_len", "last_matched_prefix_len"})
+# A finished request is read by nobody any more: what its release left in those fields (0.5.21
+# releases through insert_req and free_kv_row, which set the protected length otherwise) is no
+# state of the server.
+_SCRATCH_STATUSES = ("waiting", "finished")
 
 
 @dataclass
@@ -101,6 +105,9 @@ class Renumbering:
         self.page_size = page_size
         self.rows = Bijection("row")
         self.pages = Bijection("page")
+        # Reference row -> the most columns its owner had while the row's current pair lasted: a
+        # free row is compared that far (past it: cells of owners before the pair, compared then).
+        self.row_extent: dict[int, int] = {}
 
     def slot(self, a: int, b: int, where: str) -> None:
         if a == POISON or b == POISON or a < 0 or b < 0:
@@ -138,14 +145,16 @@ class Renumbering:
         for rid, a in ref.requests.items():
             b = got.requests[rid]
             for name in _PLAIN_FIELDS:
-                if a.status == "waiting" and name in _SCRATCH_WHILE_WAITING:
+                if a.status in _SCRATCH_STATUSES and name in _SCRATCH_WHILE_WAITING:
                     continue
                 if getattr(a, name) != getattr(b, name):
                     raise Mismatch(f"{where}: request {rid} {name} {getattr(b, name)} against {getattr(a, name)}")
-            # A waiting request holds no row, whatever its req_pool_idx still says (0.5.4 keeps it).
-            if a.status != "waiting" and (a.req_pool_idx is None) != (b.req_pool_idx is None):
+            # A waiting or finished request holds no row, whatever its req_pool_idx still says
+            # (0.5.4 keeps it at a retract; a finished request keeps the index of its freed row).
+            holds_row = a.status not in _SCRATCH_STATUSES
+            if holds_row and (a.req_pool_idx is None) != (b.req_pool_idx is None):
                 raise Mismatch(f"{where}: request {rid} row {b.req_pool_idx} against {a.req_pool_idx}")
-            if a.req_pool_idx is not None and a.status != "waiting":
+            if a.req_pool_idx is not None and holds_row:
                 self.rows.pair(a.req_pool_idx, b.req_pool_idx, f"{where}, request {rid}")
             if not (_left_row(a) or _left_row(b)):  # legacy's alias (ALLOWED): its values are no one's
                 self.slots(a.prefix_values, b.prefix_values, f"{where}, request {rid} prefix")
@@ -168,8 +177,11 @@ class Renumbering:
                     raise Mismatch(f"{where}: row {row}, used by no request in either run, differs")
                 continue
             # The live columns of the request holding the row (its cells past them are stale: what
-            # an earlier owner left, which no token reads); a free row: all of it, while paired.
-            live = owners.get(row, a_table.shape[1])
+            # an earlier owner left, which no token reads); a free row: what its owners wrote
+            # while it was paired.
+            if row in owners:
+                self.row_extent[row] = max(self.row_extent.get(row, 0), owners[row])
+            live = owners.get(row, self.row_extent.get(row, a_table.shape[1]))
             # Each distinct (reference, other) pair of cell values once: the map must hold for all.
             pairs = torch.stack((a_table[row, :live], b_table[other, :live]), dim=1).unique(dim=0).tolist()
             for a, b in pairs:
@@ -213,6 +225,7 @@ class Renumbering:
         self.rows.same_set(list(ref.free_rows), list(got.free_rows), f"{where}, free rows")
         self.pages.release(free_a, free_b)
         self.rows.release(list(ref.free_rows), list(got.free_rows))
+        self.row_extent = {row: n for row, n in self.row_extent.items() if row in self.rows.forward}
 
 
 def _left_row(view) -> bool:

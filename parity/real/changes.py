@@ -38,10 +38,14 @@ CHANGES: tuple[Change, ...] = (
            "what they were given); one access time per matched path (LRU ties)", "#12224"),
     Change("0.5.6", BEHAVIOUR, "regression: RadixCache.cache_finished_req keys on req.fill_ids, so the tokens a request "
            "decoded are not inserted into the tree at finish (their slots are freed); fixed in 0.5.9"),
+    Change("0.5.6", BEHAVIOUR, "cached_tokens and already_computed are updated only until a request is first retracted "
+           "(retracted_stain)"),
     Change("0.5.7", BEHAVIOUR, "with return_logprob and logprob_start_len -1 the match is no longer capped at 0; "
            "extend_logprob_start_len computed by Req.set_extend_input_len with a new formula"),
     Change("0.5.9", RENUMBERING, "the chunked request keeps its row between chunks (ReqToTokenPool.alloc(reqs) reuses "
            "it) instead of freeing and taking one again", "#17850"),
+    Change("0.5.9", BEHAVIOUR, "the PrefillAdder cuts a new request with Req.set_extend_input_len, which recomputes its "
+           "extend_logprob_start_len (before: extend_input_len assigned, the value of the match kept)"),
     Change("0.5.9", BEHAVIOUR, "the finished request's decoded tokens are cached again (reverts the 0.5.6 regression)",
            "#16521"),
     Change("0.5.9", RENUMBERING, "RadixCache.evict takes candidates from a maintained evictable-leaf set (heap order on "
@@ -53,6 +57,8 @@ CHANGES: tuple[Change, ...] = (
            "chunked request's next chunk too; fill_ids become full_untruncated_fill_ids up to fill_len"),
     Change("0.5.15", BEHAVIOUR, "extend_logprob_start_len is computed by the batch (compute_extend_logprob_start_len), "
            "no longer stored on the request; the fill boundary is Req.extend_range"),
+    Change("0.5.17", BEHAVIOUR, "evict_from_tree_cache evicts only the shortfall (num_tokens - available_size) instead "
+           "of num_tokens, so a retraction or an allocation keeps more of the tree"),
     Change("0.5.18", RENUMBERING, "rows are popped from the tail of the free list (the last freed row is reused first); "
            "its pull request: \"allocation order has no semantic meaning\"", "#32208"),
     Change("0.5.19", BEHAVIOUR, "the request's row and KV lengths move to req.kv (ReqKvInfo); the scheduler builds "

@@ -119,3 +119,33 @@ def test_a_waiting_requests_scratch_fields_are_not_compared():
     assert renumbering_verdict(ref, got, 1, exact=False).verdict != DIVERGENT
     got[1].requests["r0"] = view(0, fill=(9, 9))
     assert renumbering_verdict(ref, got, 1, exact=False).verdict == DIVERGENT
+
+
+def test_a_freed_row_is_compared_as_far_as_its_owner_wrote():
+    """r9 used row 1 (three columns) and finished; then r0 takes row 0 here and row 1 there (rows
+    handed out in another order, as 0.5.18 does), so the other run's row keeps r9's third cell.
+    Once r0 finished too, only r0's two columns are compared; a difference within them shows."""
+    def stage(kind, rid, row):
+        return StageRecord(step=1, kind=kind, rids=(rid,), rows=() if row is None else (row,))
+
+    def req(rid, row, n, status="running"):
+        return dataclasses.replace(view(row, fill=tuple(range(n)), status=status), slotted=n)
+
+    def run(r0_row, r0_cells):
+        other = 1 - r0_row
+        waiting = {"r9": view(None, status="waiting", fill=()), "r0": view(None, status="waiting", fill=())}
+        r9_done = req("r9", 1, 3, "finished")
+        tables = [{}, {1: [5, 6, 7]}, {1: [5, 6, 7]}]
+        r0_table = {1: [5, 6, 7]} | {r0_row: r0_cells + ([7] if r0_row == 1 else [])}
+        return [
+            snap(START, tables[0], [1, 2, 3, 4], [0, 1], waiting),
+            snap(stage("extend", "r9", 1), tables[1], [1, 2, 3, 4], [0], {**waiting, "r9": req("r9", 1, 3)}),
+            snap(stage("decode_finish", "r9", None), tables[2], [1, 2, 3, 4], [0, 1], {**waiting, "r9": r9_done}),
+            snap(stage("extend", "r0", r0_row), r0_table, [3, 4], [other], {"r9": r9_done, "r0": req("r0", r0_row, 2)}),
+            snap(stage("decode_finish", "r0", None), r0_table, [3, 4], [other, r0_row],
+                 {"r9": r9_done, "r0": req("r0", r0_row, 2, "finished")}),
+        ]
+
+    verdict = renumbering_verdict(run(0, [1, 2]), run(1, [1, 2]), 1, exact=False)
+    assert verdict.verdict == RENUMBERED, verdict.detail
+    assert renumbering_verdict(run(0, [1, 2]), run(1, [1, 3]), 1, exact=False).verdict == DIVERGENT
