@@ -218,7 +218,11 @@ def _check_repository(
             print(f"  first seen: {example}")
     if verdict.counterexample:
         print("\n" + verdict.counterexample)
-    print(f"verdict: {verdict.verdict.upper()} ({verdict.scenarios} scenarios in {verdict.seconds:.0f} s)")
+    rate = verdict.scenarios / verdict.seconds if verdict.seconds > 0 else 0.0
+    for gpu, count in sorted(verdict.per_device.items()):
+        print(f"GPU {gpu}: {count} scenarios")
+    print(f"verdict: {verdict.verdict.upper()} ({verdict.scenarios} scenarios in {verdict.seconds:.0f} s, "
+          f"{rate:.1f} per second)")
     _write_json(args.json, {
         "target": args.target,
         "verdict": verdict.verdict,
@@ -231,6 +235,8 @@ def _check_repository(
         "counterexample": None if verdict.scenario is None else {
             "scenario": json.loads(verdict.scenario.to_json()), "report": verdict.counterexample},
         "seconds": round(verdict.seconds, 1),
+        "scenarios_per_second": round(rate, 2),
+        "scenarios_per_gpu": dict(sorted(verdict.per_device.items())),
     })
     if args.repro and verdict.scenario is not None:
         Path(args.repro).write_text(_repro_script(verdict.scenario))

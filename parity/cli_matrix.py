@@ -184,19 +184,35 @@ def _write(args: argparse.Namespace, results) -> None:
 
 
 def _plot(results, path: str) -> None:
+    """Releases down, backends across: one cell per pair, coloured by verdict, with its counts."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.patches import Patch
 
     colours = {"exact": "#2e7d32", "renumbered": "#f9a825", "divergent": "#c62828"}
-    fig, ax = plt.subplots(figsize=(max(4, 1.6 * len(results)), 2.4))
-    for i, r in enumerate(results):
-        ax.bar(i, 1, color=colours[r.verdict])
-        ax.text(i, 0.5, f"{r.verdict}\n{r.renumbered} ren.\n{r.divergent} div.", ha="center", va="center", fontsize=8)
-    ax.set_xticks(range(len(results)))
-    ax.set_xticklabels([f"{r.other}\nvs {r.reference}" for r in results], fontsize=7)
-    ax.set_yticks([])
-    ax.set_title("kvparity matrix: releases by verdict")
+    pairs = list(dict.fromkeys((_release(r.reference), _release(r.other)) for r in results))
+    backends = list(dict.fromkeys(r.other.split("/", 1)[1] for r in results))
+    fig, ax = plt.subplots(figsize=(2.2 + 2.0 * len(backends), 0.8 + 0.32 * len(pairs)))
+    for r in results:
+        y = pairs.index((_release(r.reference), _release(r.other)))
+        x = backends.index(r.other.split("/", 1)[1])
+        ax.add_patch(plt.Rectangle((x, y), 0.96, 0.9, color=colours[r.verdict]))
+        count = r.divergent if r.verdict == "divergent" else r.renumbered
+        label = r.verdict if r.verdict == "exact" else f"{r.verdict} in {count}/{r.scenarios}"
+        ax.text(x + 0.48, y + 0.45, label, ha="center", va="center", fontsize=7, color="white")
+    ax.set_xlim(0, len(backends))
+    ax.set_ylim(len(pairs), 0)
+    ax.set_xticks([i + 0.48 for i in range(len(backends))])
+    ax.set_xticklabels(backends, fontsize=8)
+    ax.set_yticks([i + 0.45 for i in range(len(pairs))])
+    ax.set_yticklabels([f"{a} -> {b}" for a, b in pairs], fontsize=7)
+    ax.tick_params(length=0)
+    for side in ax.spines.values():
+        side.set_visible(False)
+    ax.legend(handles=[Patch(color=c, label=v) for v, c in colours.items()], loc="upper center",
+              bbox_to_anchor=(0.5, 1.0 + 0.9 / (0.8 + 0.32 * len(pairs))), ncol=3, fontsize=7, frameon=False)
+    ax.set_title("kvparity matrix: SGLang releases by verdict", fontsize=9, pad=18)
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
+    fig.savefig(path, dpi=130)

@@ -12,8 +12,9 @@ import os
 import sys
 import time
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 from hypothesis import Verbosity, given, seed, settings
 
@@ -38,6 +39,7 @@ class HarnessVerdict:
     scenario: Scenario | None = None
     diverged: set[str] = field(default_factory=set)  # worlds that differed or broke an oracle
     seconds: float = 0.0
+    per_device: Counter = field(default_factory=Counter)  # GPU -> scenarios its jobs played (parallel runs)
 
     @property
     def required_reached(self) -> list[str]:
@@ -89,16 +91,19 @@ def check_repository(
     real_reference: bool = False,
     jobs: int = 1,
     lane_factory: Callable[[], Any] | None = None,
+    shard_size: int | None = None,
 ) -> HarnessVerdict:
     """Play about ``examples`` scenarios (split over the templates) in ``worlds``; the first world
     is the reference. ``random_seed`` None means derandomized (the same scenarios every run).
     ``lane`` adds real SGLang worlds; with ``real_reference`` its first world is the reference
     (``parity.runner.run_scenario``).
 
-    ``jobs`` > 1 shares the templates out over that many worker processes (each with its own
-    real-SGLang workers, from ``lane_factory``). The verdict, the scenario count and the
-    counterexample are those of ``jobs=1``: templates are merged in their order, and those after
-    the first failing one are discarded, as a single process would never have played them."""
+    ``jobs`` > 1 shares the (template, shard) tasks out over that many worker processes (each with
+    its own real-SGLang workers, from ``lane_factory``, and, on a GPU run, pinned to one visible
+    GPU, round-robin). A template of more than ``shard_size`` scenarios is played as several
+    shards of its own seeds. The verdict, the scenario count and the counterexample are those of
+    ``jobs=1``: tasks are merged in their order, and those after the first failing one are
+    discarded, as a single process would never have played them."""
     names = tuple(f"{v}/{b}" for v, b in worlds)
     real_names = tuple(lane.names) if lane is not None else ()
     if lane is not None:
@@ -107,18 +112,23 @@ def check_repository(
     per_template = max(1, examples // len(TEMPLATES))
     progress = Progress(per_template * len(TEMPLATES))
     started = time.monotonic()
+    plan = TemplatePlan(worlds, per_template, random_seed, real_reference, shard_size or SHARD_SIZE)
     try:
         if jobs <= 1:
-            plan = TemplatePlan(worlds, per_template, random_seed, real_reference)
-            outcomes = play_templates(list(range(len(TEMPLATES))), plan, lane, progress.step)
+            outcomes = play_templates(plan.tasks(), plan, lane, progress.step)
         else:
-            outcomes = _play_in_jobs(jobs, TemplatePlan(worlds, per_template, random_seed, real_reference),
-                                     lane_factory, progress)
+            outcomes = _play_in_jobs(jobs, plan, lane_factory, progress)
     finally:
         progress.close()
     _merge(verdict, outcomes)
     verdict.seconds = time.monotonic() - started
     return verdict
+
+
+# Scenarios per task: a template with more is played as several shards, each from its own seed,
+# so that many processes share one template's scenarios. The shards depend on the plan only,
+# never on the number of jobs, so one job and many play the same scenarios.
+SHARD_SIZE = 100
 
 
 @dataclass(frozen=True)
@@ -129,26 +139,46 @@ class TemplatePlan:
     per_template: int
     random_seed: int | None
     real_reference: bool
+    shard_size: int = SHARD_SIZE
+
+    def tasks(self) -> list[tuple[int, int]]:
+        """(template index, shard) in the order one process plays them."""
+        shards = -(-self.per_template // self.shard_size)
+        return [(index, shard) for index in range(len(TEMPLATES)) for shard in range(shards)]
+
+    def examples(self, shard: int) -> int:
+        return min(self.shard_size, self.per_template - shard * self.shard_size)
+
+    def seed(self, index: int, shard: int) -> int | None:
+        """A template played whole keeps the run's seed (None: derandomized, as always); its
+        shards each take a seed of their own, derived from the run's seed (0 when derandomized)."""
+        if self.per_template <= self.shard_size:
+            return self.random_seed
+        return ((self.random_seed or 0) * 1_000_003 + index * 10_007 + shard) % (1 << 32)
 
 
 @dataclass
 class TemplateOutcome:
     index: int
+    shard: int = 0
     scenarios: int = 0
     classes: set[str] = field(default_factory=set)
     findings: Counter = field(default_factory=Counter)
     finding_examples: dict[str, str] = field(default_factory=dict)
     failure: tuple[Scenario, RunResult] | None = None  # minimal, with its result
+    device: str = ""  # the GPU a parallel job played it on (CUDA_VISIBLE_DEVICES), else ""
 
 
-def play_templates(indices: list[int], plan: TemplatePlan, lane: Any, tick: Callable[[], None]) -> list[TemplateOutcome]:
-    """Play the templates ``indices`` in order, stopping after the first that fails."""
+def play_templates(
+    tasks: list[tuple[int, int]], plan: TemplatePlan, lane: Any, tick: Callable[[], None]
+) -> list[TemplateOutcome]:
+    """Play the (template, shard) ``tasks`` in order, stopping after the first that fails."""
     play_one = functools.partial(run_scenario, worlds=plan.worlds, lane=lane, real_reference=plan.real_reference)
     outcomes = []
-    for index in indices:
-        outcome = TemplateOutcome(index)
+    for index, shard in tasks:
+        outcome = TemplateOutcome(index, shard)
         failing: list[tuple[Scenario, RunResult]] = []
-        _play_template(TEMPLATES[index], play_one, plan.per_template, plan.random_seed, outcome, failing, tick)
+        _play_template(TEMPLATES[index], play_one, plan.examples(shard), plan.seed(index, shard), outcome, failing, tick)
         if failing:
             outcome.failure = _minimal(*_preferred(failing), play_one)
         outcomes.append(outcome)
@@ -158,8 +188,10 @@ def play_templates(indices: list[int], plan: TemplatePlan, lane: Any, tick: Call
 
 
 def _merge(verdict: HarnessVerdict, outcomes: list[TemplateOutcome]) -> None:
-    for outcome in sorted(outcomes, key=lambda o: o.index):
+    for outcome in sorted(outcomes, key=lambda o: (o.index, o.shard)):
         verdict.scenarios += outcome.scenarios
+        if outcome.device:
+            verdict.per_device[outcome.device] += outcome.scenarios
         verdict.classes |= outcome.classes
         verdict.findings.update(outcome.findings)
         for defect, example in outcome.finding_examples.items():
@@ -186,6 +218,10 @@ def _play_in_jobs(jobs: int, plan: TemplatePlan, lane_factory: Callable[[], Any]
     env = {k: v for k, v in os.environ.items() if k.startswith(("KVPARITY_", "HYPOTHESIS_", "TRITON_"))}
     with context.Manager() as manager:
         ticks = manager.Queue()
+        gpus = manager.Queue()  # each job takes one: the visible GPUs round-robin
+        for i in range(jobs):
+            visible = visible_gpus()
+            gpus.put(visible[i % len(visible)] if visible else "")
         done = threading.Event()
 
         def drain() -> None:
@@ -200,16 +236,16 @@ def _play_in_jobs(jobs: int, plan: TemplatePlan, lane_factory: Callable[[], Any]
         reader.start()
         outcomes: list[TemplateOutcome] = []
         with ProcessPoolExecutor(max_workers=jobs, mp_context=context, initializer=_job_init,
-                                 initargs=(env, lane_factory, ticks)) as pool:
-            futures = {pool.submit(_job_template, i, plan): i for i in range(len(TEMPLATES))}
+                                 initargs=(env, lane_factory, ticks, gpus)) as pool:
+            futures = {pool.submit(_job_template, task, plan): task for task in plan.tasks()}
             for future in as_completed(futures):
                 if future.cancelled():
-                    continue  # after a failing template: the merge would discard it
+                    continue  # after a failing task: the merge would discard it
                 outcome = future.result()
                 outcomes.append(outcome)
                 if outcome.failure is not None:
-                    for other, index in futures.items():
-                        if index > outcome.index:
+                    for other, task in futures.items():
+                        if task > (outcome.index, outcome.shard):
                             other.cancel()
         done.set()
         reader.join()
@@ -221,10 +257,27 @@ def _play_in_jobs(jobs: int, plan: TemplatePlan, lane_factory: Callable[[], Any]
 _JOB: dict[str, Any] = {}
 
 
-def _job_init(env: dict[str, str], lane_factory: Callable[[], Any] | None, ticks: Any) -> None:
+def visible_gpus() -> list[str]:
+    """The GPUs this process may use, as CUDA_VISIBLE_DEVICES names them (none on a CPU run)."""
+    from kernels import runtime
+
+    if runtime.DEVICE.type != "cuda":
+        return []
+    import torch
+
+    listed = os.environ.get("CUDA_VISIBLE_DEVICES")
+    names = [n.strip() for n in listed.split(",") if n.strip()] if listed else []
+    return names or [str(i) for i in range(torch.cuda.device_count())]
+
+
+def _job_init(env: dict[str, str], lane_factory: Callable[[], Any] | None, ticks: Any, gpus: Any) -> None:
     import atexit
 
     os.environ.update(env)
+    gpu = gpus.get()
+    if gpu:  # pinned before anything touches CUDA (torch starts it lazily)
+        os.environ["CUDA_VISIBLE_DEVICES"] = gpu
+        _JOB["device"] = gpu
     from kernels import runtime  # noqa: F401  (the device and Triton's mode, as in the parent)
     from parity import profiles
 
@@ -233,11 +286,13 @@ def _job_init(env: dict[str, str], lane_factory: Callable[[], Any] | None, ticks
     atexit.register(lambda: _JOB["lane"] is not None and _JOB["lane"].close())
 
 
-def _job_template(index: int, plan: TemplatePlan) -> TemplateOutcome:
+def _job_template(task: tuple[int, int], plan: TemplatePlan) -> TemplateOutcome:
     if _JOB["lane"] is None and _JOB["lane_factory"] is not None:
         _JOB["lane"] = _JOB["lane_factory"]()
     ticks = _JOB["ticks"]
-    return play_templates([index], plan, _JOB["lane"], lambda: ticks.put(1))[0]
+    outcome = play_templates([task], plan, _JOB["lane"], lambda: ticks.put(1))[0]
+    outcome.device = _JOB.get("device", "")
+    return outcome
 
 
 def _play_template(template, play_one, count, random_seed, verdict, failing, tick) -> None:

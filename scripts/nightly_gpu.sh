@@ -11,12 +11,15 @@
 #     bench       benchmarks/write_kernels.py (table, JSON) and benchmarks/plot.py (PNG)
 #     real        real SGLang with compiled Triton: `kvparity check --sglang 0.5.3.post1 --against
 #                 0.5.3` and the faithfulness lane (kvparity's model against real 0.5.3 / 0.5.3.post1)
+#     scale       `kvparity check --examples 100000 --jobs <cores>`: all templates, every world with
+#                 its oracles, jobs pinned to the visible GPUs round-robin; per-GPU counts and the rate
 #
 # Environment:
 #   PYTHON                 the interpreter with torch (CUDA build), triton, hypothesis, pytest, xdist
 #   KVPARITY_SEED          replay a nightly run's seed (default: a fresh random one, printed)
 #   KVPARITY_MAX_EXAMPLES  cap examples per property (a time-boxed run; default: the profile's)
 #   KVPARITY_REPORTS       where reports go (default: reports/)
+#   KVPARITY_SCALE_EXAMPLES, KVPARITY_JOBS  the scale lane's scenarios (100000) and jobs (the cores)
 #   COMPUTE_SANITIZER      the compute-sanitizer binary (default: on PATH, else under CUDA_HOME)
 #   KVPARITY_SGLANG_WHEELS a folder of SGLang wheels for the real lane on a machine without a network
 #                          (fill it where there is one: bash scripts/fetch_sglang_wheels.sh DIR)
@@ -27,7 +30,7 @@ py=${PYTHON:-python3}
 reports=${KVPARITY_REPORTS:-reports}
 mkdir -p "$reports"
 lanes=("$@")
-[ ${#lanes[@]} -eq 0 ] && lanes=(properties golden memcheck race bench real)
+[ ${#lanes[@]} -eq 0 ] && lanes=(properties golden memcheck race bench real scale)
 
 if ! "$py" -c 'import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)'; then
   echo "nightly_gpu.sh: $py sees no CUDA device; this job needs one (the CPU lane is .ci/run)" >&2
@@ -78,6 +81,22 @@ lane_real() {
   return "$status"
 }
 
+# Scale: KVPARITY_SCALE_EXAMPLES scenarios (default 100,000), all templates, every world with its
+# oracles, over every core (KVPARITY_JOBS, default the usable cores), the jobs pinned to the
+# visible GPUs round-robin; prints scenarios per GPU and per second.
+lane_scale() {
+  local jobs=${KVPARITY_JOBS:-$("$py" -c 'import os; print(len(os.sched_getaffinity(0)))')}
+  echo "GPUs: $("$py" -c 'import torch; print(torch.cuda.device_count())'), jobs: $jobs"
+  (while sleep 60; do nvidia-smi --query-gpu=index,utilization.gpu,memory.used --format=csv,noheader; done) \
+    > "$reports/scale-nvidia-smi.txt" 2>&1 &
+  local sampler=$!
+  "$py" -m parity check --examples "${KVPARITY_SCALE_EXAMPLES:-100000}" --seed "$KVPARITY_SEED" --jobs "$jobs" \
+    --json "$reports/scale.json" | tee "$reports/scale.txt"
+  local status=${PIPESTATUS[0]}
+  kill "$sampler" 2>/dev/null
+  return "$status"
+}
+
 lane_race() {
   # -rs: a GPU test that skipped would say why; on this job none may skip.
   "$py" -m pytest -q -s -rs -p no:cacheprovider tests/unit/test_race_lane.py | tee "$reports/race.txt"
@@ -105,7 +124,7 @@ summary="$reports/summary.md"
 printf '## kvparity nightly GPU job\n\nseed %s\n\n| lane | result | seconds |\n|---|---|---|\n' "$KVPARITY_SEED" > "$summary"
 for lane in "${lanes[@]}"; do
   if ! declare -F "lane_$lane" >/dev/null; then
-    echo "unknown lane '$lane' (lanes: properties golden memcheck race bench real)" >&2
+    echo "unknown lane '$lane' (lanes: properties golden memcheck race bench real scale)" >&2
     exit 2
   fi
   echo
