@@ -443,19 +443,16 @@ class RadixCache:
         values = [n.value for n in self._nodes()]
         return torch.cat(values) if values else self._empty()
 
-    def _full_path(self, node: TreeNode) -> tuple[int, ...]:
-        parts = []
-        while node is not self.root_node:
-            parts.append(node.key)
-            node = node.parent
-        return tuple(t for part in reversed(parts) for t in part)
-
     def contents(self) -> list[tuple]:
         """One ``(extra_key, full token path, node slots, lock_ref)`` per node, sorted: equal for two
         trees holding the same data with the same splits, whatever the insertion order."""
-        entries = [
-            (n.extra_key, self._full_path(n), tuple(n.value.tolist()), n.lock_ref) for n in self._nodes()
-        ]
+        # Each node's full path is its parent's plus its own key (``_nodes`` yields a parent before
+        # its children), so no path is walked up to the root again.
+        paths: dict[int, tuple[int, ...]] = {id(self.root_node): ()}
+        entries = []
+        for n in self._nodes():
+            path = paths[id(n)] = paths[id(n.parent)] + tuple(n.key)
+            entries.append((n.extra_key, path, tuple(n.value.tolist()), n.lock_ref))
         # None and str do not compare, so sort on (has_extra_key, extra_key, ...).
         return sorted(entries, key=lambda e: (e[0] is not None, e[0] or "", e[1], e[2], e[3]))
 

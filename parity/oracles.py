@@ -7,6 +7,9 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Iterator
 
+import numpy as np
+import torch
+
 from parity.poison import POISON
 from parity.scenario import Scenario
 from parity.scheduler import parse_logprob_note
@@ -38,19 +41,36 @@ def check_stage(scenario: Scenario, before: Snapshot, after: Snapshot) -> list[s
 
 def untouched_cells(before: Snapshot, after: Snapshot) -> list[str]:
     """Only the cells the stage may write changed; by induction, never-written cells keep POISON."""
-    changed = (before.req_to_token != after.req_to_token).nonzero().tolist()
-    allowed = after.record.write_region
-    stray = [
-        (row, col)
-        for row, col in changed
-        if not any(r == row and start <= col < end for r, start, end in allowed)
-    ]
-    if not stray:
+    # One comparison of the whole tables, then the stage's region cleared from the result; cells
+    # are listed one by one only for the message. NumPy on the host copies the snapshot holds: one
+    # thread, no hand-off to torch's intra-op threads (slower at these sizes, and with --jobs the
+    # cores are already taken).
+    changed = _host(before.req_to_token) != _host(after.req_to_token)
+    if not changed.any():
         return []
+    _clear_region(changed, after.record.write_region)
+    if not changed.any():
+        return []
+    rows, cols = np.nonzero(changed)  # row-major, the order the cells are reported in
+    stray = list(zip(rows[:6].tolist(), cols[:6].tolist()))
     shown = ", ".join(
-        f"({r}, {c}) {int(before.req_to_token[r, c])} -> {int(after.req_to_token[r, c])}" for r, c in stray[:6]
+        f"({r}, {c}) {int(before.req_to_token[r, c])} -> {int(after.req_to_token[r, c])}" for r, c in stray
     )
-    return [f"{len(stray)} cells outside the stage's rows/columns changed: {shown}"]
+    return [f"{len(rows)} cells outside the stage's rows/columns changed: {shown}"]
+
+
+def _host(table: torch.Tensor) -> np.ndarray:
+    return table.numpy(force=True)  # a view of a CPU tensor, no copy
+
+
+def _clear_region(cells: np.ndarray, region: tuple[tuple[int, int, int], ...]) -> None:
+    """Set False the cells ``(row, start, end)`` allows: ``start <= column < end`` of ``row``.
+    A region outside the table allows nothing (no wrap-around of negative indices)."""
+    rows, cols = cells.shape
+    for row, start, end in region:
+        start, end = max(start, 0), min(end, cols)
+        if 0 <= row < rows and start < end:
+            cells[row, start:end] = False
 
 
 def rows_hold_prefix_then_new_slots(after: Snapshot) -> list[str]:
@@ -75,16 +95,21 @@ def _cached_row_mismatches(scenario: Scenario, after: Snapshot) -> Iterator[tupl
     """For each request the stage cached unfinished: (rid, row, columns where the row differs
     from its new prefix, whether all of them are the known stale-row defect)."""
     record, ps = after.record, scenario.geometry.page_size
-    free = set(_free_slots(after))
+    cached = record.cached_unfinished
+    if not cached:
+        return
     old_lens = dict(zip(record.rids, (len(p) for p in record.prefix_values)))
-    for rid in record.cached_unfinished:
+    for rid in cached:
         view = after.requests[rid]
         row = record.rows[record.rids.index(rid)]
         prefix = list(view.prefix_values)
         got = after.req_to_token[row, : len(prefix)].tolist()
+        if got == prefix:
+            continue
         bad = [c for c, (g, e) in enumerate(zip(got, prefix)) if g != e]
         if bad:
             # The defect: columns before the old prefix length still name a page freed just now.
+            free = after.free_set
             stale = all(c < old_lens.get(rid, 0) and got[c] // ps in free for c in bad)
             yield rid, row, bad, stale
 
@@ -132,23 +157,21 @@ def new_slots_fresh(scenario: Scenario, before: Snapshot, after: Snapshot) -> li
     """New slots are unique, >= 1, not held by anyone before the stage, and their pages are no
     longer free after it."""
     new = list(after.record.out_cache_loc)
+    new_set = set(new)
     problems = []
-    dupes = [s for s, n in Counter(new).items() if n > 1]
-    if dupes:
+    if len(new_set) != len(new):
+        dupes = [s for s, n in Counter(new).items() if n > 1]  # in order of first appearance
         problems.append(f"new slots handed out twice: {dupes[:6]}")
-    low = [s for s in new if s < 1]
-    if low:
+    if new and min(new) < 1:
+        low = [s for s in new if s < 1]
         problems.append(f"new slots below 1 (slot 0 is reserved): {low[:6]}")
     # Requests' slots cannot be evicted; the tree's can (SPEC 3: evict before allocating), so a
     # slot the tree held before the stage may be handed out again if the tree no longer holds it.
-    held = set(after.tree_slots)
-    for view in before.requests.values():
-        held.update(view.held)
-    reused = sorted(set(new) & held)
+    reused = sorted((new_set & after.tree_slot_set) | (new_set & before.request_held))
     if reused:
         problems.append(f"new slots held by a request or by the tree: {reused[:6]}")
     ps = scenario.geometry.page_size
-    still_free = sorted({s // ps for s in new} & set(_free_slots(after)))
+    still_free = sorted({s // ps for s in new_set} & after.free_set)
     if still_free:
         problems.append(f"pages of new slots still listed as free: {still_free[:6]}")
     return problems
@@ -178,32 +201,28 @@ def logprob_start_respected(after: Snapshot) -> list[str]:
     return problems
 
 
-def _free_slots(snap: Snapshot) -> list[int]:
-    return snap.free_pages.tolist() + snap.release_pages.tolist()
-
-
 def conservation(scenario: Scenario, snap: Snapshot) -> list[str]:
     """free + held by the tree + held by live requests == every page, and no page twice."""
     ps = scenario.geometry.page_size
     total = scenario.geometry.kv_slots // ps
-    free = _free_slots(snap)  # page ids (slots when page_size is 1)
+    # Page ids (slots when page_size is 1), as sets built once per snapshot (``Snapshot``); the
+    # per-page lists below are built only when something is wrong, for the message.
+    free, free_set = snap.free_list, snap.free_set
     problems = []
-    twice = [p for p, n in Counter(free).items() if n > 1]
-    if twice:
+    if len(free_set) != len(free):
+        twice = [p for p, n in Counter(free).items() if n > 1]  # in order of first appearance
         problems.append(f"pages free twice: {twice[:6]}")
-    held_slots = set(snap.tree_slots)
-    for view in snap.requests.values():
-        held_slots.update(view.held)
-    bad = sorted(s for s in held_slots if s < 1 or s == POISON)
-    if bad:
+    held_slots = snap.held_slots
+    if held_slots and min(held_slots) < 1:  # POISON is below 1 too
+        bad = sorted(s for s in held_slots if s < 1 or s == POISON)
         problems.append(f"held slots that are not real slots: {bad[:6]}")
         return problems
-    held_pages = {s // ps for s in held_slots}
-    both = sorted(held_pages & set(free))
+    held_pages = held_slots if ps == 1 else set(map(ps.__rfloordiv__, held_slots))
+    both = sorted(held_pages & free_set)
     if both:
         problems.append(f"pages both free and held: {both[:6]}")
-    if len(set(free)) + len(held_pages) != total:
+    if len(free_set) + len(held_pages) != total:
         problems.append(
-            f"{len(set(free))} free + {len(held_pages)} held pages != {total} (leak or double count)"
+            f"{len(free_set)} free + {len(held_pages)} held pages != {total} (leak or double count)"
         )
     return problems

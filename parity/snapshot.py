@@ -4,6 +4,7 @@ CPU values, plus what the oracles need (each request's status and the slots it h
 from __future__ import annotations
 
 import dataclasses
+import functools
 from dataclasses import dataclass
 from typing import Any
 
@@ -43,6 +44,9 @@ class RequestView:
     slotted: int = 0  # how many of its tokens have a KV slot: its row's live columns [0, slotted)
 
 
+_VIEW_FIELDS = frozenset(f.name for f in dataclasses.fields(RequestView))
+
+
 @dataclass
 class Snapshot:
     record: StageRecord
@@ -54,6 +58,32 @@ class Snapshot:
     tree: tuple
     tree_slots: tuple[int, ...]
     requests: dict[str, RequestView]
+
+    # Derived sets, computed once per snapshot: the oracles read each snapshot twice (as the
+    # stage's "after", then as the next stage's "before") and several oracles need the same set.
+    # A snapshot is never changed after it is taken, so nothing here goes stale.
+    @functools.cached_property
+    def free_list(self) -> list[int]:
+        """Free page ids (slots when page_size is 1): ``free_pages`` then ``release_pages``."""
+        return self.free_pages.tolist() + self.release_pages.tolist()
+
+    @functools.cached_property
+    def free_set(self) -> frozenset[int]:
+        return frozenset(self.free_list)
+
+    @functools.cached_property
+    def tree_slot_set(self) -> frozenset[int]:
+        return frozenset(self.tree_slots)
+
+    @functools.cached_property
+    def request_held(self) -> frozenset[int]:
+        """Every KV slot some request holds (the tree's excluded)."""
+        return frozenset().union(*(view.held for view in self.requests.values()))
+
+    @functools.cached_property
+    def held_slots(self) -> frozenset[int]:
+        """Every KV slot held by the tree or by a request."""
+        return self.tree_slot_set | self.request_held
 
 
 def _alias_row(prefix: Any, table: torch.Tensor) -> int | None:
@@ -69,7 +99,37 @@ def _prefix_kind(prefix: Any, alias_row: int | None) -> str:
         return type(prefix).__name__
     if alias_row is not None:
         return f"{prefix.dtype} view of row {alias_row}"
-    return f"{prefix.dtype} {prefix.device.type} tensor"
+    return _tensor_kind(prefix.dtype, prefix.device.type)
+
+
+@functools.lru_cache(maxsize=None)
+def _tensor_kind(dtype: torch.dtype, device_type: str) -> str:
+    # Formatting a dtype is slow next to the rest of a request's view, and there are few of them.
+    return f"{dtype} {device_type} tensor"
+
+
+# Tensors whose ``tolist`` already gives Python ints (a float or bool prefix, a bug, still goes
+# through ``int`` as every list prefix does).
+_INT_DTYPES = frozenset((torch.int8, torch.uint8, torch.int16, torch.int32, torch.int64))
+
+
+def _prefix_values(prefix: Any) -> tuple[int, ...]:
+    if isinstance(prefix, torch.Tensor):
+        values = prefix.tolist()
+        return tuple(values) if prefix.dtype in _INT_DTYPES else tuple(map(int, values))
+    return tuple(map(int, prefix))
+
+
+def _view(**fields: Any) -> RequestView:
+    """``RequestView(**fields)`` for every field: a frozen dataclass's ``__init__`` sets each field
+    through ``object.__setattr__``, half the cost of a view; this fills ``__dict__`` at once (the
+    class has no ``__post_init__`` to skip). Anything but every field goes through ``__init__``,
+    which fills defaults and refuses what is missing or unknown."""
+    if fields.keys() != _VIEW_FIELDS:
+        return RequestView(**fields)
+    view = object.__new__(RequestView)
+    view.__dict__.update(fields)
+    return view
 
 
 def _request_view(scheduler: Scheduler, rid: str) -> RequestView:
@@ -77,8 +137,7 @@ def _request_view(scheduler: Scheduler, rid: str) -> RequestView:
     table = scheduler.pool.req_to_token
     prefix = req.prefix_indices
     alias = _alias_row(prefix, table)
-    values = prefix.tolist() if isinstance(prefix, torch.Tensor) else list(prefix)
-    return RequestView(
+    return _view(
         status=scheduler.status[rid],
         fill_ids=tuple(req.fill_ids),
         extend_input_len=req.extend_input_len,
@@ -88,12 +147,22 @@ def _request_view(scheduler: Scheduler, rid: str) -> RequestView:
         extend_logprob_start_len=req.extend_logprob_start_len,
         last_matched_prefix_len=req.last_matched_prefix_len,
         output_len=len(req.output_ids),
-        prefix_values=tuple(int(v) for v in values),
+        prefix_values=_prefix_values(prefix),
         prefix_kind=_prefix_kind(prefix, alias),
         alias_row=alias,
         held=tuple(scheduler.held_slots(rid)),
         slotted=scheduler.slotted[rid],
     )
+
+
+def _host_copy(tensor: torch.Tensor) -> torch.Tensor:
+    """A CPU copy of ``tensor``. From the CPU, an integer tensor is copied by NumPy, in this thread:
+    torch hands a table this size to its intra-op threads, several times slower here and worse
+    when ``--jobs`` processes already take every core."""
+    tensor = tensor.detach()
+    if tensor.device.type == "cpu" and tensor.dtype in _INT_DTYPES:
+        return torch.from_numpy(tensor.numpy().copy())
+    return tensor.to("cpu", copy=True)
 
 
 def take_snapshot(scheduler: Scheduler, record: StageRecord) -> Snapshot:
@@ -102,9 +171,9 @@ def take_snapshot(scheduler: Scheduler, record: StageRecord) -> Snapshot:
     radix = scheduler.scenario.cache_kind == "radix"
     return Snapshot(
         record=record,
-        req_to_token=scheduler.pool.req_to_token.detach().to("cpu", copy=True),
-        free_pages=allocator.free_pages.detach().to("cpu", copy=True),
-        release_pages=allocator.release_pages.detach().to("cpu", copy=True),
+        req_to_token=_host_copy(scheduler.pool.req_to_token),
+        free_pages=_host_copy(allocator.free_pages),
+        release_pages=_host_copy(world.release_pages()),
         available_size=int(allocator.available_size()),
         free_rows=tuple(int(r) for r in scheduler.pool.free_slots),
         tree=tuple(tuple(e) for e in world.tree_contents()) if radix else (),
