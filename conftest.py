@@ -39,6 +39,8 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from kernels import runtime  # noqa: E402  (decides TRITON_INTERPRET before triton is imported)
 
+# isort: split
+
 import pytest  # noqa: E402
 import torch  # noqa: E402
 

@@ -17,7 +17,8 @@ write's torch twin: with the same effect to reach, a second twin would only be a
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import torch
 import triton

@@ -9,7 +9,7 @@ faithful to SGLang and is exactly what SPEC section 8's input contract exists to
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 import torch
 import triton

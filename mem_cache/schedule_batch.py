@@ -4,8 +4,9 @@ order the refactor changed, lives in ``legacy/`` and ``refactored/``."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any
 
 import torch
 
@@ -136,6 +137,7 @@ class ScheduleBatchBase:
         the batch, only when pages are larger than one slot."""
         if self.page_size == 1:
             return alloc_token_slots(self.tree_cache, self.token_to_kv_pool_allocator, lens.extend_num_tokens)
+        assert last_loc is not None  # callers compute it whenever pages are larger than one slot
         self.last_loc = last_loc
         return alloc_paged_token_slots_extend(
             self.tree_cache,

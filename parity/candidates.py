@@ -15,7 +15,8 @@ import importlib.util
 import inspect
 import os
 import sys
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 # SGLang's parameter names per target (SPEC section 9), in order. SGLang calls all three
 # POSITIONALLY, so a candidate's own names do not matter: only how many positional parameters it

@@ -14,12 +14,11 @@ what the batches played covered, and how many were drawn and played, as readable
 
 from __future__ import annotations
 
-from typing import Any
-
 import json
 import os
 import time
 from dataclasses import dataclass, field
+from typing import Any
 
 from hypothesis import HealthCheck, Phase, Verbosity, given, settings
 from hypothesis import seed as hypothesis_seed
@@ -28,11 +27,23 @@ from parity.candidates import SIGNATURES, CandidateLoadError, absolute_spec, spl
 from parity.contract import ContractError
 from parity.sandbox import Outcome, Sandbox
 from parity.target_inputs import (
-    INT32_MAX, LAST_LOC_BLOCK, TARGETS, WRITE_BLOCK, Effect, Fault, KernelBatch, KernelShape, compacted,
-    compare_effect, contract_violations, involved_requests, kernel_batches, kernel_shape, without_prefix_elements,
+    INT32_MAX,
+    LAST_LOC_BLOCK,
+    TARGETS,
+    WRITE_BLOCK,
+    Effect,
+    Fault,
+    KernelBatch,
+    KernelShape,
+    compacted,
+    compare_effect,
+    contract_violations,
+    involved_requests,
+    kernel_batches,
+    kernel_shape,
+    without_prefix_elements,
     without_requests,
 )
-
 
 DEFAULT_EXAMPLES = 200  # batches per check (the nightly profile: NIGHTLY_EXAMPLES)
 NIGHTLY_EXAMPLES = 2000
@@ -345,8 +356,10 @@ class _Search:
             while progress:
                 progress = self._remove_chunks(lambda b: b.bs, lambda b, r: without_requests(b, r))
                 for request in range(self.best[0].bs):
+                    # _remove_chunks calls both lambdas only while it runs, within this iteration.
                     progress |= self._remove_chunks(
-                        lambda b: len(b.prefixes[request]), lambda b, r: without_prefix_elements(b, request, r))
+                        lambda b: len(b.prefixes[request]),  # noqa: B023
+                        lambda b, r: without_prefix_elements(b, request, r))  # noqa: B023
             if compacted(self.best[0]) != self.best[0]:
                 self._keeps_fault(compacted(self.best[0]))
         except _ShrinkBudgetSpent:
@@ -355,6 +368,7 @@ class _Search:
     def _remove_suffixes(self) -> None:
         """Drop the last requests, halving how many (cheap: a log of the batch size in calls, and
         index-bound bugs, such as one from request 257 on, keep only what reaches their index)."""
+        assert self.best is not None  # set by the first fault, before any shrinking
         drop = self.best[0].bs // 2
         while drop >= 1:
             batch = self.best[0]
@@ -363,6 +377,7 @@ class _Search:
 
     def _remove_chunks(self, count, remove) -> bool:
         """Try removing chunks of ``count(batch)`` items (halving chunk sizes down to 1)."""
+        assert self.best is not None  # set by the first fault, before any shrinking
         removed = False
         size = max(1, count(self.best[0]) // 2)
         while size >= 1 and count(self.best[0]) > 0:

@@ -17,7 +17,8 @@ from __future__ import annotations
 
 import argparse
 import sys
-from typing import Callable
+from collections.abc import Callable
+from typing import NoReturn
 
 from parity import cli_check, cli_golden, cli_matrix, cli_mutants
 
@@ -25,7 +26,7 @@ USAGE_ERROR = 2
 
 
 class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> None:  # argparse exits 2 itself; keep that, with our prefix
+    def error(self, message: str) -> NoReturn:  # argparse exits 2 itself; keep that, with our prefix
         self.print_usage(sys.stderr)
         self.exit(USAGE_ERROR, f"{self.prog}: error: {message}\n")
 

@@ -15,7 +15,9 @@ import functools
 import json
 import os
 import sys
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from parity.cli_paths import output_path_problem
 
@@ -191,7 +193,7 @@ def _check_repository(
     lane: object = None,
     real_reference: bool = False,
     default_examples: int = DEFAULT_EXAMPLES,
-    lane_factory: object = None,
+    lane_factory: Callable[[], Any] | None = None,
 ) -> int:
     from parity.classes import REQUIRED
     from parity.harness_check import check_repository

@@ -102,7 +102,7 @@ def judge(done: subprocess.CompletedProcess | None, entries: list[dict]) -> tupl
     return True, failed, counterexample_line(output)
 
 
-def run_one(mutant: "Mutant", timeout: float, examples: bool) -> MutantOutcome:
+def run_one(mutant: Mutant, timeout: float, examples: bool) -> MutantOutcome:
     from parity import ledger
     from parity.mutants import run_properties
 
@@ -135,7 +135,7 @@ def format_table(outcomes: list[MutantOutcome]) -> str:
     return "\n".join(rows)
 
 
-def _selected(only: list[str] | None) -> list["Mutant"] | None:
+def _selected(only: list[str] | None) -> list[Mutant] | None:
     from parity.mutants import BY_NAME, MUTANTS
 
     if not only:
@@ -148,7 +148,7 @@ def _selected(only: list[str] | None) -> list["Mutant"] | None:
     return [BY_NAME[n] for n in only]
 
 
-def _run_all(mutants: list["Mutant"], jobs: int, timeout: float, examples: bool) -> list[MutantOutcome]:
+def _run_all(mutants: list[Mutant], jobs: int, timeout: float, examples: bool) -> list[MutantOutcome]:
     """Every mutant in its own child process, ``jobs`` at a time; a line as each one ends, the
     outcomes in the zoo's order."""
     outcomes: dict[str, MutantOutcome] = {}

@@ -117,10 +117,10 @@ def _known_version_difference(ref_name: str, name: str, key: str) -> str | None:
     from parity.real.versions import version_key
 
     since = KNOWN_VERSION_DIFFERENCES[key][0]
-    releases = [_release(ref_name), _release(name)]
-    if None in releases:
+    ref_release, release = _release(ref_name), _release(name)
+    if ref_release is None or release is None:
         return None
-    newer = [version_key(r) >= version_key(since) for r in releases]
+    newer = [version_key(r) >= version_key(since) for r in (ref_release, release)]
     return key if newer[0] != newer[1] else None
 
 

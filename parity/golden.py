@@ -20,18 +20,19 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import torch
 
 from kernels import runtime
 from parity.compare import ALIAS_DEFECT, ALLOWED
+from parity.golden_format import key_order, to_text
+from parity.golden_scenarios import GOLDENS, REACHES, WHY
 from parity.poison import POISON
 from parity.report import format_failure
 from parity.runner import run_scenario
-from parity.golden_format import key_order, to_text
-from parity.golden_scenarios import GOLDENS, REACHES, WHY
 from parity.scenario import Scenario, scenario_from_dict, scenario_to_dict
 from parity.scheduler import Scheduler, StageRecord
 from parity.snapshot import Snapshot, take_snapshot
@@ -233,7 +234,7 @@ def _leaves(tree: Any, path: tuple[str, ...] = ()) -> Iterator[tuple[str, ...]]:
 def _left_its_row(request: dict) -> bool:
     """Legacy's view prefix points into a row the request no longer owns (same rule as compare)."""
     match = re.fullmatch(r"\S+ view of row (\d+)", request["prefix"]["kind"])
-    return bool(match) and (int(match.group(1)) != request["req_pool_idx"] or request["status"] == "finished")
+    return match is not None and (int(match.group(1)) != request["req_pool_idx"] or request["status"] == "finished")
 
 
 def _reason(path: tuple[str, ...], legacy: dict) -> str | None:

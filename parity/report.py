@@ -12,8 +12,8 @@ from parity.runner import RunResult
 def _column_runs(cells: list[tuple[int, int, int, int]]) -> list[tuple[int, str, list[int], list[int]]]:
     """Group differing cells by row into runs of consecutive columns."""
     runs = []
-    for row, group in groupby(sorted(cells), key=lambda c: c[0]):
-        group = list(group)
+    for row, row_cells in groupby(sorted(cells), key=lambda c: c[0]):
+        group = list(row_cells)
         start = 0
         for i in range(1, len(group) + 1):
             if i == len(group) or group[i][1] != group[i - 1][1] + 1:

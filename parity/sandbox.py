@@ -195,7 +195,7 @@ class Sandbox:
         self.starts = 0
         self.device: str | None = None
 
-    def __enter__(self) -> "Sandbox":
+    def __enter__(self) -> Sandbox:
         return self
 
     def __exit__(self, *exc: Any) -> None:
@@ -376,9 +376,9 @@ class Sandbox:
                     data = data[os.write(self.request_fd, data):]  # type: ignore[arg-type]
                 except BlockingIOError:
                     continue
-                except (BrokenPipeError, OSError):
+                except (BrokenPipeError, OSError) as err:
                     self._await_death()
-                    raise WorkerDied(self.death or {"reason": "closed its request channel"})
+                    raise WorkerDied(self.death or {"reason": "closed its request channel"}) from err
 
     def _await_death(self) -> None:
         deadline = time.monotonic() + EOF_GRACE
@@ -455,7 +455,7 @@ def _emit(event: dict[str, Any]) -> None:
 
 def _reap() -> tuple[list[tuple[int, int]], bool]:
     """Every child that has ended, with its wait status; and whether any child is left."""
-    ended = []
+    ended: list[tuple[int, int]] = []
     while True:
         try:
             pid, status = os.waitpid(-1, os.WNOHANG)

@@ -38,8 +38,14 @@ from typing import Any
 
 import torch
 
-from parity.target_inputs import GUARD, Guarded, KernelBatch, Materialised, materialise
-from parity.target_inputs import _where  # one wording for where a guard cell is
+from parity.target_inputs import (
+    GUARD,
+    Guarded,
+    KernelBatch,
+    Materialised,
+    _where,  # one wording for where a guard cell is
+    materialise,
+)
 
 VECTOR_MOAT = 1024  # guard elements each side of a 1-D buffer, beyond target_inputs' MARGIN
 TABLE_MOAT_ROWS = 1  # whole guard rows each side of the table (plus VECTOR_MOAT elements), beyond its margin
@@ -58,8 +64,9 @@ class AddressedView(torch.Tensor):
     (torch answers 0 for those). Only empty views are wrapped; for any other tensor the answer is
     the same as torch's, so results of operations on it (which stay of this type) are unaffected."""
 
-    def data_ptr(self) -> int:  # type: ignore[override]
-        return self.untyped_storage().data_ptr() + self.storage_offset() * self.element_size()
+    def data_ptr(self) -> int:
+        # int(): storage_offset() is typed int | SymInt; an eager tensor's is an int already.
+        return self.untyped_storage().data_ptr() + int(self.storage_offset()) * self.element_size()
 
 
 def _round_up(n: int, to: int) -> int:
@@ -74,7 +81,7 @@ class _Mapping:
         self.libc, self.address, self.size = libc, address, size
 
     @staticmethod
-    def create(size: int) -> "_Mapping | None":
+    def create(size: int) -> _Mapping | None:
         try:
             libc = ctypes.CDLL(None, use_errno=True)
             libc.mmap.restype = ctypes.c_void_p
@@ -212,10 +219,11 @@ class GuardedMemory:
             margin = torch.zeros(buffer.numel(), dtype=torch.bool)
             margin[: g.lo] = True
             margin[g.hi :] = True
+            # The position lambdas are called only in the loop below, within this iteration.
             parts = [
-                (r.before.cpu(), lambda k: k - n_before, GUARD),
+                (r.before.cpu(), lambda k: k - n_before, GUARD),  # noqa: B023
                 (buffer, lambda k: k, None),
-                (r.after.cpu(), lambda k: buffer.numel() + k, GUARD),
+                (r.after.cpu(), lambda k: buffer.numel() + k, GUARD),  # noqa: B023
             ]
             for values, position, expected in parts:
                 if expected is None:

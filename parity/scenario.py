@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 from dataclasses import asdict, dataclass, field
-from typing import Union
 
 from parity.world import Geometry, check_cache_kind
 
@@ -57,7 +56,7 @@ class Evict:
     num_tokens: int
 
 
-Step = Union[Extend, Decode, Retract, Evict]
+Step = Extend | Decode | Retract | Evict
 STEP_TYPES = {cls.__name__: cls for cls in (Extend, Decode, Retract, Evict)}
 RETIRED_STEPS = {
     "Finish": "step 'Finish' was retired: SGLang finishes requests while it processes a decode step's "

@@ -21,8 +21,9 @@ run out of memory: that is an off-path class, labelled as such, after which a sc
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any, Iterator
+from typing import Any
 
 import torch
 
@@ -199,6 +200,7 @@ class Scheduler:
     def _cache_chunked(self, step_index: int) -> StageRecord:
         """SPEC 6: before the next batch, cache the chunked request and free its row."""
         rid = self.chunked
+        assert rid is not None  # called only while a chunked request waits to be cached
         req = self.reqs[rid]
         row, prefix, fill_len = req.req_pool_idx, _values(req.prefix_indices), len(req.fill_ids)
         self.world.cache_unfinished_req(req, chunked=True)
@@ -298,7 +300,7 @@ class Scheduler:
         reqs = [self.reqs[rid] for rid in batch]
         free_rows_before = list(self.pool.free_slots)
         prefixes = tuple(tuple(_values(r.prefix_indices)) for r in reqs)
-        violations = ()
+        violations: tuple[str, ...] = ()
         if self.world.family == "refactored":
             violations = tuple(batch_prefix_violations(reqs, self.pool.device))
         schedule_batch = self.world.batch(reqs)

@@ -130,7 +130,9 @@ def _steps(draw, template: Template, rids: list[str], shape: Shape) -> tuple:
     """Steps drawn against a rough model of the scheduler (admitted, retracted), so that finish
     and retract usually name a request that may be running, and retracted ones come back."""
     steps: list = []
-    pending, admitted, retracted = list(rids), [], []
+    pending = list(rids)
+    admitted: list[str] = []
+    retracted: list[str] = []
     if template.reuse_first and len(rids) > 1:
         steps += [Extend((rids[0],)), Decode(finish=(rids[0],))]
         pending = pending[1:]
@@ -207,15 +209,15 @@ def scenarios(draw, shape: Shape | None = None, templates: tuple[Template, ...] 
         n = draw(st.integers(17, shape.max_requests))
     prompts = draw(_prompts(template, shape, n))
     rids = [f"r{i}" for i in range(n)]
-    requests = [draw(_request(rid, tokens, template)) for rid, tokens in zip(rids, prompts)]
+    drawn = [draw(_request(rid, tokens, template)) for rid, tokens in zip(rids, prompts)]
     steps = draw(_steps(template, rids, shape))
-    first_seen = {}
+    first_seen: dict[str, int] = {}
     for i, step in enumerate(steps):
         for rid in getattr(step, "admit", ()):
             first_seen.setdefault(rid, i)
     requests = tuple(
         RequestSpec(r.rid, r.tokens, first_seen.get(r.rid, 0), r.return_logprob, r.logprob_start_len, r.max_new_tokens, r.extra_key)
-        for r in requests
+        for r in drawn
     )
     rows = 2 if template.rows == "tight" else n + draw(st.integers(1, 3))
     geometry = Geometry(

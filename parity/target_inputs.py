@@ -160,7 +160,7 @@ class KernelBatch:
         return json.dumps(asdict(self), separators=(",", ":"))
 
     @staticmethod
-    def from_dict(data: dict[str, Any]) -> "KernelBatch":
+    def from_dict(data: dict[str, Any]) -> KernelBatch:
         tuples = {k: tuple(v) for k, v in data.items() if k in ("rows", "seq_lens", "out_cache_loc", "free_pages")}
         prefixes = tuple(tuple(p) for p in data["prefixes"])
         return KernelBatch(**{**data, **tuples, "prefixes": prefixes})
@@ -234,7 +234,8 @@ def without_requests(batch: KernelBatch, drop: set[int] | range) -> KernelBatch:
     other request keeps exactly its slots."""
     drop = set(drop)
     keep = [i for i in range(batch.bs) if i not in drop]
-    out, start = [], 0
+    out: list[int] = []
+    start = 0
     for i, ext in enumerate(batch.extend_lens):
         if i not in drop and batch.target == "write_cache_indices":
             out.extend(batch.out_cache_loc[start : start + ext])

@@ -5,7 +5,8 @@ WITHOUT a prefix write. An allocation failure therefore leaves requests and rows
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import torch
 

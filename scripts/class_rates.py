@@ -16,6 +16,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from kernels import runtime  # noqa: E402,F401  (fixes the Triton mode first)
+
+# isort: split
 from hypothesis import HealthCheck, given, settings  # noqa: E402
 
 from parity.classes import REQUIRED  # noqa: E402

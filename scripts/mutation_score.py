@@ -48,8 +48,9 @@ import tempfile
 import time
 import warnings
 from collections import Counter, deque
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -605,7 +606,7 @@ def main(argv: list[str] | None = None) -> int:
         warnings = apply_triage(mutants, equivalents)
         elapsed = time.monotonic() - t0
         header = [
-            f"kvparity mutation score (scripts/mutation_score.py), cosmic-ray operators: all defaults",
+            "kvparity mutation score (scripts/mutation_score.py), cosmic-ray operators: all defaults",
             f"revision {_git_revision()}; Hypothesis profile '{PROFILE}'; stages: {args.stages}; "
             f"workers: {len(copies)}; Triton interpreter on CPU",
             "files: " + " ".join(args.files),

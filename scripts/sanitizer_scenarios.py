@@ -18,6 +18,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from kernels import runtime  # noqa: E402  (fixes the Triton mode first)
 
+# isort: split
+
 import torch  # noqa: E402
 
 from kernels.legacy_write import write_extend_slots  # noqa: E402

@@ -21,6 +21,7 @@ from kernels.legacy_write import write_extend_slots
 from kernels.linear_write import write_prefix_and_extend_slots_linear
 from kernels.refactored_write import write_prefix_and_extend_slots
 from parity.poison import POISON
+
 from kernel_cases import assert_tensor_equal
 
 DEVICE = runtime.DEVICE

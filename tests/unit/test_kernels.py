@@ -12,19 +12,20 @@ from __future__ import annotations
 import pytest
 import torch
 
-from parity.poison import POISON
-from kernel_cases import (
-    WRITE_CASES,
-    assert_tensor_equal,
-    assert_untouched_is_poison,
-    ramp,
-)
 from kernels.alloc_extend import alloc_extend
 from kernels.last_loc import get_last_loc
 from kernels.launches import LAUNCHES
 from kernels.legacy_write import write_extend_slots
 from kernels.refactored_write import prefix_pointer_table, write_prefix_and_extend_slots
 from mem_cache.allocator import PagedTokenToKVPoolAllocator
+from parity.poison import POISON
+
+from kernel_cases import (
+    WRITE_CASES,
+    assert_tensor_equal,
+    assert_untouched_is_poison,
+    ramp,
+)
 
 CASE_IDS = [c.name for c in WRITE_CASES]
 
@@ -565,7 +566,7 @@ def test_invalid_backend_raises_value_error_naming_it_in_every_kernel_and_writes
                                              backend=BAD_BACKEND, out=out),
     }  # fmt: skip
     before = dict(LAUNCHES)
-    for name, call in calls.items():
+    for _name, call in calls.items():
         with pytest.raises(ValueError, match=BAD_BACKEND):
             call()
     assert _launch_deltas(before) == {}

@@ -11,12 +11,13 @@ from __future__ import annotations
 import pytest
 import torch
 
-from kernel_cases import WRITE_CASES, assert_tensor_equal, assert_untouched_is_poison
 from kernels.launches import LAUNCHES
 from kernels.linear_write import pointers_and_starts, write_cache_indices, write_prefix_and_extend_slots_linear
 from kernels.refactored_write import write_prefix_and_extend_slots
 from mem_cache.memory_pool import ReqToTokenPool
 from parity.runner import ALL_WORLDS
+
+from kernel_cases import WRITE_CASES, assert_tensor_equal, assert_untouched_is_poison
 
 CASE_IDS = [c.name for c in WRITE_CASES]
 

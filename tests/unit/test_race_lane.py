@@ -14,7 +14,6 @@ import json
 import pytest
 import torch
 
-from kernel_cases import WRITE_CASES
 from kernels import runtime
 from kernels.linear_write import write_prefix_and_extend_slots_linear
 from kernels.refactored_write import write_prefix_and_extend_slots
@@ -22,6 +21,8 @@ from parity.checker import replay_batch
 from parity.contract import ContractError, check_write_inputs, write_input_violations
 from parity.poison import POISON
 from parity.target_inputs import KernelBatch, contract_violations
+
+from kernel_cases import WRITE_CASES
 
 
 def i64(values, device=None) -> torch.Tensor:

@@ -234,7 +234,7 @@ def test_standin_classes_raise_when_instantiated(standin_sandbox):
     user = importlib.import_module("kvparity_standin_user")  # import-time use is fine
     with pytest.raises(standins.StandInUsed, match=rf"'{name}\.PretrainedConfig'.*instantiating MyConfig"):
         user.MyConfig()
-    with pytest.raises(standins.StandInUsed, match=rf"reading MyConfig\.from_pretrained"):
+    with pytest.raises(standins.StandInUsed, match=r"reading MyConfig\.from_pretrained"):
         user.MyConfig.from_pretrained  # noqa: B018
     assert user.MyConfig.x == 1  # its own class body is real
 
