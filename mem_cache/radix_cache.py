@@ -18,14 +18,15 @@ from __future__ import annotations
 
 import heapq
 import operator
+from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any, Iterator, NamedTuple, Optional
+from typing import Any, NamedTuple
 
 import torch
 
 from kernels import runtime  # noqa: F401  (fixes the Triton mode before triton is imported)
 
-_ChildKey = tuple[Optional[str], Any]
+_ChildKey = tuple[str | None, Any]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -56,7 +57,7 @@ class RadixKey:
     def __len__(self) -> int:
         return len(self.token_ids)
 
-    def __getitem__(self, index: slice) -> "RadixKey":
+    def __getitem__(self, index: slice) -> RadixKey:
         """Slicing keeps the namespace: ``key[a:b]`` is a ``RadixKey`` with the same extra key."""
         if not isinstance(index, slice):
             raise ValueError("RadixKey supports slicing only; use key.token_ids[i] for one token")
@@ -72,7 +73,7 @@ class TreeNode:
         node_id: int,
         key: list[int],
         value: torch.Tensor,
-        parent: Optional["TreeNode"],
+        parent: TreeNode | None,
         extra_key: str | None,
         last_access_time: int,
         lock_ref: int = 0,
@@ -148,7 +149,7 @@ class RadixCache:
         node.last_access_time = self._tick()
 
     def _new_node(
-        self, key: list[int], value: torch.Tensor, parent: Optional[TreeNode], extra_key: str | None
+        self, key: list[int], value: torch.Tensor, parent: TreeNode | None, extra_key: str | None
     ) -> TreeNode:
         node = TreeNode(self._next_id, key, value, parent, extra_key, self._tick())
         self._next_id += 1
@@ -259,7 +260,9 @@ class RadixCache:
         # The upper node is on every path that went through child: same locks, same recency.
         upper.lock_ref = child.lock_ref
         upper.last_access_time = child.last_access_time
-        child.parent.children[self._child_key(child.extra_key, child.key)] = upper
+        parent = child.parent
+        assert parent is not None  # a split node is attached (the root is never split)
+        parent.children[self._child_key(child.extra_key, child.key)] = upper
         child.key = child.key[split_len:]
         child.value = child.value[split_len:].clone()
         child.parent = upper
@@ -398,6 +401,7 @@ class RadixCache:
             freed += len(node.value)
             self.num_evicted += len(node.value)
             parent = node.parent
+            assert parent is not None  # an evictable leaf is attached (never the root)
             self._delete_leaf(node)
             # A parent whose last child just went is now a leaf like any other.
             if self._evictable_leaf(parent):
@@ -412,6 +416,7 @@ class RadixCache:
         return node is not self.root_node and node.is_leaf() and node.lock_ref == 0
 
     def _delete_leaf(self, node: TreeNode) -> None:
+        assert node.parent is not None  # only attached leaves are deleted
         del node.parent.children[self._child_key(node.extra_key, node.key)]
         self.evictable_size_ -= len(node.key)
         node.parent = None  # detached: a later lock call on it fails loudly

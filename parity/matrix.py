@@ -116,7 +116,7 @@ def run_matrix(
         else:  # the lanes' workers play at once; the results are judged here, in pair order
             futures = {release: pool.submit(lane.play, scenario, stop) for release, lane in lanes.items()}
             played = {release: future.result() for release, future in futures.items()}
-        for (a, b, backend), result in results.items():
+        for (a, b, _backend), result in results.items():
             ref, got = played[a][result.reference], played[b][result.other]
             if not isinstance(ref, list) or not isinstance(got, list):
                 failed = ref if not isinstance(ref, list) else got

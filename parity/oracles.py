@@ -15,7 +15,6 @@ from parity.scenario import Scenario
 from parity.scheduler import parse_logprob_note
 from parity.snapshot import Snapshot
 
-
 # A known SGLang defect (SPEC 1, cache_unfinished_req step 2), reported as a finding, never hidden
 # and never a failure: row columns before the old prefix length are not rewritten when the page
 # under them was freed as a duplicate, so the row keeps slots of a freed page.
@@ -76,8 +75,9 @@ def _clear_region(cells: np.ndarray, region: tuple[tuple[int, int, int], ...]) -
 def rows_hold_prefix_then_new_slots(after: Snapshot) -> list[str]:
     """Row i, columns [0, seq_len): its prefix (as handed in) then its share of out_cache_loc."""
     record, problems, start = after.record, [], 0
+    out_cache_loc = record.out_cache_loc or ()  # an extend stage always has one
     for rid, row, prefix, seq, ext in zip(record.rids, record.rows, record.prefix_values, record.seq_lens, record.extend_lens):
-        share = record.out_cache_loc[start : start + ext]
+        share = out_cache_loc[start : start + ext]
         start += ext
         expected = list(prefix) + list(share)
         got = after.req_to_token[row, :seq].tolist()
@@ -86,8 +86,8 @@ def rows_hold_prefix_then_new_slots(after: Snapshot) -> list[str]:
             problems.append(
                 f"request {rid} row {row} columns {bad}: got {[got[c] for c in bad]}, expected {[expected[c] for c in bad]}"
             )
-    if start != len(record.out_cache_loc):
-        problems.append(f"out_cache_loc has {len(record.out_cache_loc)} slots, extend_lens sum to {start}")
+    if start != len(out_cache_loc):
+        problems.append(f"out_cache_loc has {len(out_cache_loc)} slots, extend_lens sum to {start}")
     return problems
 
 
@@ -156,7 +156,7 @@ def extend_lens_positive(after: Snapshot) -> list[str]:
 def new_slots_fresh(scenario: Scenario, before: Snapshot, after: Snapshot) -> list[str]:
     """New slots are unique, >= 1, not held by anyone before the stage, and their pages are no
     longer free after it."""
-    new = list(after.record.out_cache_loc)
+    new = list(after.record.out_cache_loc or ())
     new_set = set(new)
     problems = []
     if len(new_set) != len(new):

@@ -120,7 +120,9 @@ class Renumbering:
         self.pages.pair(a // ps, b // ps, f"{where} (slots {a} and {b})")
 
     def slots(self, ref: tuple[int, ...] | list[int] | None, got: tuple[int, ...] | list[int] | None, where: str) -> None:
-        if (ref is None) != (got is None) or (ref is not None and len(ref) != len(got)):
+        if ref is None or got is None or len(ref) != len(got):
+            if ref is None and got is None:
+                return
             raise Mismatch(f"{where}: {got} against the reference's {ref}")
         for i, (a, b) in enumerate(zip(ref or (), got or ())):
             self.slot(a, b, f"{where}[{i}]")
@@ -154,7 +156,7 @@ class Renumbering:
             holds_row = a.status not in _SCRATCH_STATUSES
             if holds_row and (a.req_pool_idx is None) != (b.req_pool_idx is None):
                 raise Mismatch(f"{where}: request {rid} row {b.req_pool_idx} against {a.req_pool_idx}")
-            if a.req_pool_idx is not None and holds_row:
+            if a.req_pool_idx is not None and b.req_pool_idx is not None and holds_row:
                 self.rows.pair(a.req_pool_idx, b.req_pool_idx, f"{where}, request {rid}")
             if not (_left_row(a) or _left_row(b)):  # legacy's alias (ALLOWED): its values are no one's
                 self.slots(a.prefix_values, b.prefix_values, f"{where}, request {rid} prefix")

@@ -29,7 +29,6 @@ import torch
 
 from parity.contract import batch_prefix_violations
 from parity.scenario import Decode, Evict, Extend, Retract, Scenario, Step
-from parity.world import World
 
 
 @dataclass
@@ -107,7 +106,9 @@ def retract_order(reqs: list[Any]) -> list[int]:
 
 
 class Scheduler:
-    def __init__(self, world: World, scenario: Scenario) -> None:
+    def __init__(self, world: Any, scenario: Scenario) -> None:
+        # ``world``: a parity.world.World, or a real-SGLang world with the same interface
+        # (parity.real.adapter.RealWorld, built in a worker process).
         self.world = world
         self.scenario = scenario
         self.page_size = scenario.geometry.page_size

@@ -102,7 +102,7 @@ def _prefix_kind(prefix: Any, alias_row: int | None) -> str:
     return _tensor_kind(prefix.dtype, prefix.device.type)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _tensor_kind(dtype: torch.dtype, device_type: str) -> str:
     # Formatting a dtype is slow next to the rest of a request's view, and there are few of them.
     return f"{dtype} {device_type} tensor"
@@ -213,12 +213,16 @@ def snapshot_to_plain(snap: Snapshot) -> dict[str, Any]:
     }
 
 
+def _view_fields(view: dict[str, Any]) -> dict[str, Any]:
+    return {k: (tuple(v) if isinstance(v, list) else v) for k, v in view.items()}
+
+
 def snapshot_from_plain(data: dict[str, Any]) -> Snapshot:
     """The inverse of ``snapshot_to_plain``."""
     raw = dict(data["record"])
     record = StageRecord(**{k: (_tuples(v) if isinstance(v, list) else v) for k, v in raw.items()})
     requests = {
-        rid: RequestView(**{k: (tuple(v) if isinstance(v, list) else v) for k, v in view.items()})
+        rid: RequestView(**_view_fields(view))
         for rid, view in data["requests"].items()
     }
     return Snapshot(

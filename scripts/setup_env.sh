@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Create (once) the project's virtual environment in .venv and install kvparity with its test
-# extra. Idempotent: a second run only checks. Prints the path of the environment's python.
+# test, real and lint extras. Idempotent: a second run only checks. Prints the path of the
+# environment's python.
 #   KVPARITY_VENV     where to put the environment (default: .venv in the repository)
 #   KVPARITY_TORCH    the torch requirement to install first (default: torch==2.13.0; any other
 #                     pip requirement works, e.g. a CUDA build on a GPU machine)
@@ -28,7 +29,7 @@ installed() {
 if ! installed; then
   "$py" -m pip install -q --upgrade pip >&2
   "$py" -m pip install -q "${KVPARITY_TORCH:-torch==2.13.0}" >&2
-  "$py" -m pip install -q -e "$root[test,real]" >&2
+  "$py" -m pip install -q -e "$root[test,real,lint]" >&2
   echo "$want" > "$stamp"
 fi
 # The real SGLang releases of the main job, the faithfulness lane and the CI matrix slice, installed once into the

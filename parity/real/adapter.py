@@ -16,9 +16,10 @@ from __future__ import annotations
 
 import dataclasses
 import importlib
-from array import array
 import inspect
-from typing import Any, Callable
+from array import array
+from collections.abc import Callable
+from typing import Any
 
 import torch
 
@@ -99,7 +100,7 @@ def _extend_logprob_start_len_now(req: Any) -> int:
     ))
 
 
-def _with_kvparity_names(req_class: type, entry: VersionEntry) -> type:
+def _with_kvparity_names(req_class: Any, entry: VersionEntry) -> Any:
     """SGLang's ``Req``, or (where a release renamed a field kvparity's scheduler loop and snapshots
     read) a subclass that only adds read-only properties under the 0.5.3 names. Nothing SGLang
     reads or writes changes: SGLang never uses these names in those releases."""
@@ -254,14 +255,14 @@ def make_server_args(sg: _Sglang, **overrides: Any) -> Any:
     built without ``__post_init__``, which looks for a model, GPUs and memory; from 0.5.20 a
     msgspec Struct, whose ``__post_init__`` resolves nothing); ``overrides`` set the fields this
     path reads."""
-    cls = sg.ServerArgs
-    if dataclasses.is_dataclass(cls):
+    cls: Any = sg.ServerArgs
+    if isinstance(cls, type) and dataclasses.is_dataclass(cls):
         args = object.__new__(cls)
         for f in dataclasses.fields(cls):
             if f.default is not dataclasses.MISSING:
                 value = f.default
-            elif f.default_factory is not dataclasses.MISSING:  # type: ignore[misc]
-                value = f.default_factory()  # type: ignore[misc]
+            elif f.default_factory is not dataclasses.MISSING:
+                value = f.default_factory()
             else:
                 value = None
             object.__setattr__(args, f.name, value)
@@ -288,7 +289,7 @@ class GeometryView:
     need_sort: bool = False
 
     @classmethod
-    def of(cls, geometry: Any) -> "GeometryView":
+    def of(cls, geometry: Any) -> GeometryView:
         if isinstance(geometry, dict):
             return cls(**geometry)
         return cls(
@@ -404,7 +405,7 @@ class RealWorld:
             req.logprob_start_len = n - 1  # the server would abort this request instead
         return req
 
-    def batch(self, reqs: list[Any], chunked_req: Any = None) -> "RealBatch":
+    def batch(self, reqs: list[Any], chunked_req: Any = None) -> RealBatch:
         return RealBatch(self, list(reqs), chunked_req)
 
     # ------------------------------------------------------------------ helpers for scenarios
@@ -473,7 +474,7 @@ class RealWorld:
         else:
             self.sg.release_kv_cache(req, self.tree_cache)
 
-    def free_group(self) -> "_FreeGroup":
+    def free_group(self) -> _FreeGroup:
         return _FreeGroup(self.allocator)
 
     def _observe_allocator(self) -> None:

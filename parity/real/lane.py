@@ -96,7 +96,7 @@ class RealLane:
         for worker in self.workers.values():
             worker.close()
 
-    def __enter__(self) -> "RealLane":
+    def __enter__(self) -> RealLane:
         return self
 
     def __exit__(self, *exc: Any) -> None:

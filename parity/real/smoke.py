@@ -44,9 +44,9 @@ def play_smoke(world: RealWorld, a_tokens: tuple[int, ...] = A_TOKENS, b_tokens:
         world.admit(req, None, continuing=False)
         world.tree_cache.inc_lock_ref(req.last_node)
     extend = world.batch([a, b])
-    extend.prepare_for_extend()
-    record("extend", out_cache_loc=_plain(extend.out_cache_loc), last_loc=_plain(extend.last_loc),
-           out_cache_loc_dtype=str(extend.out_cache_loc.dtype))
+    out_cache_loc = extend.prepare_for_extend()
+    record("extend", out_cache_loc=_plain(out_cache_loc), last_loc=_plain(extend.last_loc),
+           out_cache_loc_dtype=str(out_cache_loc.dtype))
 
     for req, token in ((a, 100), (b, 200)):
         req.output_ids.append(token)

@@ -90,7 +90,7 @@ class StandInUsed(RealSGLangError):
 def _caller() -> str:
     """The first frame outside this module, as ``file:line in function``."""
     here = __file__
-    frame = sys._getframe(1)
+    frame: types.FrameType | None = sys._getframe(1)
     while frame is not None and frame.f_code.co_filename == here:
         frame = frame.f_back
     if frame is None:
@@ -100,7 +100,7 @@ def _caller() -> str:
 
 def _importing() -> bool:
     """True while some module is being imported (its body, or code its body calls)."""
-    frame = sys._getframe(1)
+    frame: types.FrameType | None = sys._getframe(1)
     while frame is not None:
         if frame.f_code.co_filename.startswith("<frozen importlib._bootstrap"):
             return True

@@ -34,8 +34,9 @@ import sys
 import tempfile
 import time
 import traceback
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 from parity.real import RealSGLangError
 
@@ -153,7 +154,7 @@ class RealWorker:
             return "bare worker"
         return f"sglang-{self.source.version} worker"
 
-    def __enter__(self) -> "RealWorker":
+    def __enter__(self) -> RealWorker:
         return self
 
     def __exit__(self, *exc: Any) -> None:
