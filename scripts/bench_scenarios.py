@@ -34,6 +34,8 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from kernels import runtime  # noqa: E402  (fixes the Triton mode first)
+
+# isort: split
 from hypothesis import HealthCheck, given, seed, settings  # noqa: E402
 
 from parity import runner  # noqa: E402
@@ -84,7 +86,7 @@ class HarnessClock:
         self.seconds: dict[str, float] = defaultdict(float)
         self.saved = {name: getattr(runner, name) for name in self.PARTS.values()}
 
-    def __enter__(self) -> "HarnessClock":
+    def __enter__(self) -> HarnessClock:
         for part, name in self.PARTS.items():
             setattr(runner, name, self._timed(part, self.saved[name]))
         return self
@@ -129,7 +131,7 @@ def bench_worlds(drawn: list[Scenario], draw_seconds: float) -> None:
     print(f"{'all worlds + harness':<28} {full:8.2f} {len(drawn) / full:12.1f}"
           + (f"   ({failed} scenarios failed: not a clean measurement)" if failed else ""))
     overhead = full - play
-    print(f"\nharness overhead (run_scenario with everything on, minus the worlds' own play):")
+    print("\nharness overhead (run_scenario with everything on, minus the worlds' own play):")
     print(f"  {'in run_scenario':<34} {overhead:8.2f} s  {100 * overhead / play:6.1f}% of the worlds' play")
     for part, seconds in clock.seconds.items():
         print(f"    {part:<32} {seconds:8.2f} s  {100 * seconds / play:6.1f}%")

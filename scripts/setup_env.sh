@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Create (once) the project's virtual environment in .venv and install kvparity with its test
+# Create (once) the project's virtual environment in .venv and install kvparity with its
 # test, real and lint extras. Idempotent: a second run only checks. Prints the path of the
 # environment's python.
 #   KVPARITY_VENV     where to put the environment (default: .venv in the repository)
