@@ -84,9 +84,19 @@ lane_real() {
 # Scale: KVPARITY_SCALE_EXAMPLES scenarios (default 100,000), all templates, every world with its
 # oracles, over every core (KVPARITY_JOBS, default the usable cores), the jobs pinned to the
 # visible GPUs round-robin; prints scenarios per GPU and per second.
+# Several processes on one GPU time-slice it unless NVIDIA's MPS daemon runs (measured on an
+# H200 with 16 jobs: 40 scenarios/s without, 205 with); the lane starts one when it can and none
+# is running (KVPARITY_MPS=0: never), and stops the one it started.
 lane_scale() {
   local jobs=${KVPARITY_JOBS:-$("$py" -c 'import os; print(len(os.sched_getaffinity(0)))')}
   echo "GPUs: $("$py" -c 'import torch; print(torch.cuda.device_count())'), jobs: $jobs"
+  local mps=""
+  if [ "${KVPARITY_MPS:-1}" = 1 ] && command -v nvidia-cuda-mps-control >/dev/null && ! pgrep -x nvidia-cuda-mps >/dev/null; then
+    export CUDA_MPS_PIPE_DIRECTORY=${CUDA_MPS_PIPE_DIRECTORY:-/tmp/kvparity-mps-pipe}
+    export CUDA_MPS_LOG_DIRECTORY=${CUDA_MPS_LOG_DIRECTORY:-/tmp/kvparity-mps-log}
+    mkdir -p "$CUDA_MPS_PIPE_DIRECTORY" "$CUDA_MPS_LOG_DIRECTORY"
+    nvidia-cuda-mps-control -d && mps=started && echo "MPS daemon started for this lane"
+  fi
   (while sleep 60; do nvidia-smi --query-gpu=index,utilization.gpu,memory.used --format=csv,noheader; done) \
     > "$reports/scale-nvidia-smi.txt" 2>&1 &
   local sampler=$!
@@ -94,6 +104,7 @@ lane_scale() {
     --json "$reports/scale.json" | tee "$reports/scale.txt"
   local status=${PIPESTATUS[0]}
   kill "$sampler" 2>/dev/null
+  [ -n "$mps" ] && echo quit | nvidia-cuda-mps-control
   return "$status"
 }
 
