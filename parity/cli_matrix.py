@@ -145,16 +145,11 @@ def _print(results) -> None:
             print(f"  first counterexample: {r.counterexample}")
 
 
-def _release(world: str) -> str:
-    """"sglang-0.5.9/torch" -> "0.5.9"."""
-    return world.split("/", 1)[0].removeprefix("sglang-")
-
-
 def _release_changes(r) -> list:
     """The recorded changes on this path between the pair's two releases."""
     from parity.real.changes import changes_between
 
-    return changes_between(_release(r.reference), _release(r.other))
+    return changes_between(r.reference_release, r.other_release)
 
 
 def _rows(results) -> list[dict]:
@@ -192,12 +187,12 @@ def _plot(results, path: str) -> None:
     from matplotlib.patches import Patch
 
     colours = {"exact": "#2e7d32", "renumbered": "#f9a825", "divergent": "#c62828"}
-    pairs = list(dict.fromkeys((_release(r.reference), _release(r.other)) for r in results))
-    backends = list(dict.fromkeys(r.other.split("/", 1)[1] for r in results))
+    pairs = list(dict.fromkeys((r.reference_release, r.other_release) for r in results))
+    backends = list(dict.fromkeys(r.backend for r in results))
     fig, ax = plt.subplots(figsize=(2.2 + 2.0 * len(backends), 0.8 + 0.32 * len(pairs)))
     for r in results:
-        y = pairs.index((_release(r.reference), _release(r.other)))
-        x = backends.index(r.other.split("/", 1)[1])
+        y = pairs.index((r.reference_release, r.other_release))
+        x = backends.index(r.backend)
         ax.add_patch(plt.Rectangle((x, y), 0.96, 0.9, color=colours[r.verdict]))
         count = r.divergent if r.verdict == "divergent" else r.renumbered
         label = r.verdict if r.verdict == "exact" else f"{r.verdict} in {count}/{r.scenarios}"

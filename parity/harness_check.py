@@ -219,8 +219,8 @@ def _play_in_jobs(jobs: int, plan: TemplatePlan, lane_factory: Callable[[], Any]
     with context.Manager() as manager:
         ticks = manager.Queue()
         gpus = manager.Queue()  # each job takes one: the visible GPUs round-robin
+        visible = visible_gpus()
         for i in range(jobs):
-            visible = visible_gpus()
             gpus.put(visible[i % len(visible)] if visible else "")
         done = threading.Event()
 

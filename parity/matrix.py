@@ -30,6 +30,9 @@ ORDER = {EXACT: 0, RENUMBERED: 1, DIVERGENT: 2}
 class PairResult:
     reference: str  # world name, e.g. sglang-0.5.3/torch
     other: str
+    reference_release: str = ""  # e.g. "0.5.3"
+    other_release: str = ""
+    backend: str = ""  # "torch" or "triton"
     verdict: str = EXACT
     scenarios: int = 0
     renumbered: int = 0
@@ -106,7 +109,7 @@ def run_matrix(
     """``lanes``: release -> a started ``RealLane`` of that release alone; ``pairs``: (reference
     release, release). Every release plays every scenario once; every pair is judged on them."""
     results = {
-        (a, b, backend): PairResult(f"{lanes[a].names[i]}", f"{lanes[b].names[i]}")
+        (a, b, backend): PairResult(lanes[a].names[i], lanes[b].names[i], a, b, backend)
         for a, b in pairs for i, backend in enumerate(lanes[a].backends)
     }
     for scenario in scenarios:
