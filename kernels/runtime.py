@@ -10,8 +10,10 @@ imported, and never changes afterwards:
 
 from __future__ import annotations
 
+import itertools
 import os
 import sys
+from typing import Any
 
 import torch
 
@@ -61,3 +63,24 @@ def describe() -> str:
 
     mode = "Triton interpreter" if INTERPRET else "compiled Triton"
     return f"device={DEVICE} ({mode}), torch {torch.__version__}, triton {triton.__version__}"
+
+
+# Integer dtypes whose ``tolist`` gives Python ints.
+INT_DTYPES = frozenset((torch.int8, torch.uint8, torch.int16, torch.int32, torch.int64))
+
+
+def host_lists(tensors: list[torch.Tensor]) -> list[list[Any]]:
+    """``[t.tolist() for t in tensors]``, with the device's 1-D integer tensors read back in one
+    transfer. Each ``tolist`` of a GPU tensor waits for the device and copies on its own; a
+    snapshot of a batch of 64 requests reads back hundreds of small tensors (prefixes, tree
+    nodes), and those waits, not the copies, were most of a snapshot's time on the H200."""
+    batched = [t for t in tensors if _batchable(t)]
+    if len(batched) < 2:
+        return [t.tolist() for t in tensors]
+    # torch.cat promotes mixed integer dtypes; every value fits the promoted one.
+    values = iter(torch.cat(batched).tolist())
+    return [list(itertools.islice(values, t.numel())) if _batchable(t) else t.tolist() for t in tensors]
+
+
+def _batchable(tensor: torch.Tensor) -> bool:
+    return tensor.device.type != "cpu" and tensor.dim() == 1 and tensor.numel() > 0 and tensor.dtype in INT_DTYPES

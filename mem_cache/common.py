@@ -1,7 +1,8 @@
 """Allocation helpers both versions call unchanged (SGLang 0.5.3.post2 moved them to
 ``mem_cache/common.py``): request rows, KV slots with eviction, and the decode step.
 
-Out of memory raises ``RuntimeError`` with the numbers that explain it.
+Out of memory raises ``RowsExhausted`` or ``KVOutOfMemory`` (``mem_cache.errors``: both are
+``RuntimeError``s, as SGLang's are) with the numbers that explain it.
 """
 
 from __future__ import annotations
@@ -10,11 +11,13 @@ from typing import Any
 
 import torch
 
+from mem_cache.errors import KVOutOfMemory, RowsExhausted
+
 
 def alloc_req_slots(req_to_token_pool: Any, num_reqs: int) -> list[int]:
     rows = req_to_token_pool.alloc(num_reqs)
     if rows is None:
-        raise RuntimeError(
+        raise RowsExhausted(
             f"alloc_req_slots: out of request rows: {num_reqs} needed, "
             f"{req_to_token_pool.available_size()} free of {req_to_token_pool.size}"
         )
@@ -27,9 +30,9 @@ def evict_from_tree_cache(tree_cache: Any, allocator: Any, num_tokens: int) -> N
         tree_cache.evict(num_tokens)
 
 
-def _out_of_memory(what: str, num_tokens: int, allocator: Any, tree_cache: Any) -> RuntimeError:
+def _out_of_memory(what: str, num_tokens: int, allocator: Any, tree_cache: Any) -> KVOutOfMemory:
     evictable = tree_cache.evictable_size() if tree_cache is not None else 0
-    return RuntimeError(
+    return KVOutOfMemory(
         f"{what}: out of KV memory: {num_tokens} slots needed, "
         f"available_size={allocator.available_size()}, evictable_size={evictable}"
     )

@@ -24,7 +24,7 @@ from typing import Any, NamedTuple
 
 import torch
 
-from kernels import runtime  # noqa: F401  (fixes the Triton mode before triton is imported)
+from kernels import runtime  # (also fixes the Triton mode before triton is imported)
 
 _ChildKey = tuple[str | None, Any]
 
@@ -454,10 +454,11 @@ class RadixCache:
         # Each node's full path is its parent's plus its own key (``_nodes`` yields a parent before
         # its children), so no path is walked up to the root again.
         paths: dict[int, tuple[int, ...]] = {id(self.root_node): ()}
+        nodes = list(self._nodes())
         entries = []
-        for n in self._nodes():
+        for n, slots in zip(nodes, runtime.host_lists([n.value for n in nodes])):
             path = paths[id(n)] = paths[id(n.parent)] + tuple(n.key)
-            entries.append((n.extra_key, path, tuple(n.value.tolist()), n.lock_ref))
+            entries.append((n.extra_key, path, tuple(slots), n.lock_ref))
         # None and str do not compare, so sort on (has_extra_key, extra_key, ...).
         return sorted(entries, key=lambda e: (e[0] is not None, e[0] or "", e[1], e[2], e[3]))
 

@@ -18,21 +18,13 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
-# SGLang's parameter names per target (SPEC section 9), in order. SGLang calls all three
-# POSITIONALLY, so a candidate's own names do not matter: only how many positional parameters it
-# takes, and that none is keyword-only. The names are for messages and documentation.
-SIGNATURES: dict[str, tuple[str, ...]] = {
-    "write_cache_indices": (
-        "out_cache_loc", "req_pool_indices_tensor", "req_pool_indices_cpu", "prefix_lens_tensor",
-        "prefix_lens_cpu", "seq_lens_tensor", "seq_lens_cpu", "extend_lens_tensor", "extend_lens_cpu",
-        "prefix_tensors", "req_to_token_pool",
-    ),
-    "get_last_loc": ("req_to_token", "req_pool_indices_tensor", "prefix_lens_tensor"),
-    "alloc_extend": (
-        "pre_lens_ptr", "seq_lens_ptr", "last_loc_ptr", "free_page_ptr", "out_indices",
-        "bs_upper", "page_size", "max_num_extend_tokens",
-    ),
-}
+from parity.targets import REGISTRY
+
+# SGLang's parameter names per target (SPEC section 9), in order, from the targets' records.
+# SGLang calls all three POSITIONALLY, so a candidate's own names do not matter: only how many
+# positional parameters it takes, and that none is keyword-only. The names are for messages and
+# documentation.
+SIGNATURES: dict[str, tuple[str, ...]] = {name: target.signature for name, target in REGISTRY.items()}
 
 
 class CandidateLoadError(Exception):
@@ -144,14 +136,15 @@ def signature_problem(obj: Any, target: str) -> str | None:
 
 def load_candidate(spec: str, target: str | None = None) -> Callable[..., Any]:
     """The object ``spec`` names. With ``target``, also check it is callable (or, for
-    ``alloc_extend``, launchable as ``kernel[(bs,)](...)``) with SGLang's positional arguments.
+    a target launched on a grid such as ``alloc_extend``, launchable as ``kernel[(bs,)](...)``)
+    with SGLang's positional arguments.
     Raises ``CandidateLoadError`` naming the spec, the file or module, and what is wrong."""
     if target is not None and target not in SIGNATURES:
         raise CandidateLoadError(f"target {target!r} is not one of {tuple(SIGNATURES)}")
     where, name = split_spec(spec)
     module = _load_file(where, spec) if is_file_spec(where) else _load_module(where, spec)
     obj = _attribute(module, name, where, spec)
-    launchable = hasattr(obj, "__getitem__") and target == "alloc_extend"
+    launchable = hasattr(obj, "__getitem__") and target is not None and REGISTRY[target].grid_launch
     if not callable(obj) and not launchable:
         raise CandidateLoadError(f"candidate {spec!r}: {name!r} in {where!r} is a {type(obj).__name__}, not a function")
     if target is not None:

@@ -28,9 +28,6 @@ from parity.contract import ContractError
 from parity.sandbox import Outcome, Sandbox
 from parity.target_inputs import (
     INT32_MAX,
-    LAST_LOC_BLOCK,
-    TARGETS,
-    WRITE_BLOCK,
     Effect,
     Fault,
     KernelBatch,
@@ -44,12 +41,10 @@ from parity.target_inputs import (
     without_prefix_elements,
     without_requests,
 )
+from parity.targets import TARGETS, WRITE_BLOCK, lookup
 
 DEFAULT_EXAMPLES = 200  # batches per check (the nightly profile: NIGHTLY_EXAMPLES)
 NIGHTLY_EXAMPLES = 2000
-# Requests per block, past which a batch "crosses a block": the write kernels' 512 (their column
-# block; the linear kernel's request tiles are smaller), get_last_loc's 256-request block.
-REQUEST_BLOCK = {"write_cache_indices": WRITE_BLOCK, "get_last_loc": LAST_LOC_BLOCK, "alloc_extend": WRITE_BLOCK}
 
 
 def default_examples(profile: str) -> int:
@@ -74,7 +69,7 @@ class Coverage:
     longest_row: int = 0
     largest_slot: int = 0
     page_sizes: set[int] = field(default_factory=set)
-    past_request_block: int = 0  # batches of more than REQUEST_BLOCK[target] requests
+    past_request_block: int = 0  # batches of more than the target's request_block requests
     past_column_block: int = 0  # batches with a row longer than WRITE_BLOCK
 
     def add(self, batch: KernelBatch) -> None:
@@ -83,18 +78,16 @@ class Coverage:
         self.longest_row = max(self.longest_row, batch.longest_row)
         self.largest_slot = max(self.largest_slot, batch.largest_slot)
         self.page_sizes.add(batch.page_size)
-        self.past_request_block += batch.bs > REQUEST_BLOCK[self.target]
+        self.past_request_block += batch.bs > lookup(self.target).request_block
         self.past_column_block += batch.longest_row > WRITE_BLOCK
 
     def lines(self) -> list[str]:
         top = " (int32's top)" if self.largest_slot == INT32_MAX else ""
-        block = REQUEST_BLOCK[self.target]
-        crossed = f"{_count(self.past_request_block, 'batch', 'batches')} of more than {block} requests"
-        if self.target == "get_last_loc":
-            crossed += f" (its Triton kernel takes requests in blocks of {block})"
-        else:
-            crossed += f", {self.past_column_block} with a row longer than {WRITE_BLOCK}"
-            crossed += " (the write kernels copy rows in blocks of 512)" if self.target == "write_cache_indices" else ""
+        spec = lookup(self.target)
+        crossed = f"{_count(self.past_request_block, 'batch', 'batches')} of more than {spec.request_block} requests"
+        crossed += spec.request_block_note
+        if spec.column_block_note is not None:
+            crossed += f", {self.past_column_block} with a row longer than {WRITE_BLOCK}{spec.column_block_note}"
         return [
             f"  covered: largest batch {_count(self.largest_batch, 'request')}, "
             f"longest row {_count(self.longest_row, 'token')}, "
@@ -105,7 +98,7 @@ class Coverage:
     def to_dict(self) -> dict[str, object]:
         return {"batches": self.batches, "largest_batch": self.largest_batch, "longest_row": self.longest_row,
                 "largest_slot": self.largest_slot, "page_sizes": sorted(self.page_sizes),
-                "request_block": REQUEST_BLOCK[self.target], "past_request_block": self.past_request_block,
+                "request_block": lookup(self.target).request_block, "past_request_block": self.past_request_block,
                 "past_column_block": self.past_column_block}
 
 
@@ -262,11 +255,7 @@ def call_allowance(batch: KernelBatch) -> float:
     if not runtime.INTERPRET:
         return 0.0
     allowance = 0.01 * batch.bs + 1e-5 * batch.bs * batch.longest_row
-    if batch.target == "alloc_extend":
-        from kernels.alloc_extend import next_power_of_2
-
-        allowance += 3 * batch.bs * (next_power_of_2(batch.bs) + next_power_of_2(batch.extend_num_tokens)) / 5e6
-    return allowance
+    return allowance + batch.spec.interpreter_cost(batch)
 
 
 class _Search:

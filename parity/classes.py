@@ -7,11 +7,10 @@ if it really did. ``REQUIRED`` lists what the CI profile must reach; nightly add
 
 from __future__ import annotations
 
+from mem_cache.errors import Exhausted
+from parity.profiles import PAGE_SIZES_CI
+from parity.records import LogprobAdmission, Note, Observation, StageRecord
 from parity.scenario import Scenario
-from parity.scheduler import StageRecord, parse_logprob_note
-
-PAGE_SIZES_CI = (1, 2, 4, 16)
-PAGE_SIZES_NIGHTLY = PAGE_SIZES_CI + (64,)
 
 REQUIRED = (
     "prefix: all empty",
@@ -85,7 +84,7 @@ def classify(scenario: Scenario, records: list[StageRecord]) -> set[str]:
     found = {f"page size {ps}"}
     rounds: dict[str, int] = {}
     for record in records:
-        if record.kind == "extend" and record.outcome == "oom" and "out of KV memory" in (record.error or ""):
+        if record.kind == "extend" and record.outcome == "oom" and record.exhausted == Exhausted.KV:
             # Off the server's path: SGLang's admission keeps a prefill from running out (SPEC 6).
             found.add("off-path: prefill out of memory")
         if record.kind == "extend" and record.outcome == "ok":
@@ -101,27 +100,31 @@ def classify(scenario: Scenario, records: list[StageRecord]) -> set[str]:
     return found
 
 
-def _note_classes(note: str) -> set[str]:
-    simple = {
-        "radix hit": "radix: hit from a shared prompt prefix",
-        "node split": "radix: node split",
-        "exact repeat": "radix: exact repeat of a finished prompt",
-        "re-admitted": "retract then re-admit",
-        "row reuse by another request": "row reuse: freed chunked row taken by another request in the same batch",
-        "radix hit on a running request": "radix: hit on a running request's prompt",
-        "decode retract under memory pressure": "decode: retract under memory pressure",
-        "merge before alloc_extend": "paged: merge before alloc_extend (need_sort)",
-        "merge before alloc_decode": "paged: merge before alloc_decode (need_sort)",
-        "paged finishes in one free group": "paged: several finishes in one decode free group",
-        "extend evicted from the tree": "extend: allocation evicts from the tree",
-        "decode replaced by the pending chunk": "decode while chunked: the chunk runs instead",
-    }
-    if note in simple:
-        return {simple[note]}
-    parsed = parse_logprob_note(note)
-    if parsed is None:
-        return set()
-    requested, start, matched = parsed
+# The class each simple observation reaches (observations not listed reach none).
+_NOTE_CLASSES = {
+    Note.RADIX_HIT: "radix: hit from a shared prompt prefix",
+    Note.NODE_SPLIT: "radix: node split",
+    Note.EXACT_REPEAT: "radix: exact repeat of a finished prompt",
+    Note.READMITTED: "retract then re-admit",
+    Note.ROW_REUSE_BY_ANOTHER: "row reuse: freed chunked row taken by another request in the same batch",
+    Note.RADIX_HIT_ON_RUNNING: "radix: hit on a running request's prompt",
+    Note.DECODE_RETRACT: "decode: retract under memory pressure",
+    Note.MERGE_BEFORE_ALLOC_EXTEND: "paged: merge before alloc_extend (need_sort)",
+    Note.MERGE_BEFORE_ALLOC_DECODE: "paged: merge before alloc_decode (need_sort)",
+    Note.PAGED_FINISHES_IN_ONE_GROUP: "paged: several finishes in one decode free group",
+    Note.EXTEND_EVICTED: "extend: allocation evicts from the tree",
+    Note.DECODE_REPLACED_BY_CHUNK: "decode while chunked: the chunk runs instead",
+}
+
+
+def _note_classes(note: Observation) -> set[str]:
+    if isinstance(note, LogprobAdmission):
+        return _logprob_classes(note)
+    return {_NOTE_CLASSES[note]} if note in _NOTE_CLASSES else set()
+
+
+def _logprob_classes(admission: LogprobAdmission) -> set[str]:
+    requested, start, matched = admission.requested, admission.start, admission.matched
     if requested == -1:
         return {"logprob: start -1 (server default)"}
     if start == 0:
@@ -131,4 +134,3 @@ def _note_classes(note: str) -> set[str]:
     if 0 < matched < start:
         return {"logprob: start beyond the cached prefix"}
     return set()
-

@@ -20,9 +20,9 @@ from pathlib import Path
 from typing import Any
 
 from parity.cli_paths import output_path_problem
+from parity.targets import CHECK_TARGETS, REGISTRY, WHOLE_PATH
 
 USAGE_ERROR = 2
-TARGETS = ("prepare_for_extend", "write_cache_indices", "get_last_loc", "alloc_extend")
 DEFAULT_EXAMPLES = 800  # scenarios, 80 per template
 DEFAULT_CANDIDATE_EXAMPLES = 200  # kernel-level batches (parity.checker.default_examples: 2000 in nightly)
 DEFAULT_REAL_EXAMPLES = 400  # scenarios with real SGLang worlds, 40 per template
@@ -31,7 +31,7 @@ DEFAULT_REAL_EXAMPLES = 400  # scenarios with real SGLang worlds, 40 per templat
 def add(commands: argparse._SubParsersAction, parser_class: type) -> None:
     text = "check a refactor (this repository's, or a candidate function) against the legacy reference"
     sub = commands.add_parser("check", help=text, description=text)
-    sub.add_argument("--target", choices=TARGETS, default="prepare_for_extend")
+    sub.add_argument("--target", choices=CHECK_TARGETS, default=WHOLE_PATH)
     sub.add_argument("--candidate", metavar="SPEC", help="package.module:name or path/to/file.py:name")
     sub.add_argument("--backend", choices=("triton", "torch", "all"), default=None,
                      help="the worlds' backends (default all); not for --candidate, which runs as it is")
@@ -98,7 +98,7 @@ def run(args: argparse.Namespace) -> int:
     if args.sglang is not None or args.against is not None:
         return _check_real(args)
     if args.candidate is None:
-        if args.target != "prepare_for_extend":
+        if args.target != WHOLE_PATH:
             print(f"kvparity check: --target {args.target} needs --candidate (without one, kvparity checks this "
                   "repository's whole prepare_for_extend path)", file=sys.stderr)
             return USAGE_ERROR
@@ -148,7 +148,7 @@ def _real_usage_problem(args: argparse.Namespace) -> str | None:
         return "--against needs --sglang (the real SGLang to check against it)"
     if args.candidate is not None:
         return "--sglang checks a real SGLang's whole path and takes no --candidate"
-    if args.target != "prepare_for_extend":
+    if args.target != WHOLE_PATH:
         return f"--sglang checks the whole prepare_for_extend path; --target {args.target} does not apply"
     return None
 
@@ -277,7 +277,7 @@ def _check_candidate(args: argparse.Namespace) -> int:
     from parity.candidates import CandidateLoadError
     from parity.checker import check_candidate
 
-    if args.target == "prepare_for_extend":
+    if args.target not in REGISTRY:  # the whole path: no plug-in target
         print("kvparity check: --target prepare_for_extend takes no candidate (SPEC section 9 gives SGLang's "
               "signatures of write_cache_indices, get_last_loc and alloc_extend_kernel): choose one of those targets",
               file=sys.stderr)

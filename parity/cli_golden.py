@@ -66,7 +66,7 @@ def _report_stale(directory: str | None) -> int:
 
     stale = golden.stale_files(directory)
     for path in stale:
-        print(f"{golden.display_path(path)}: no golden of that name in parity/golden.py (delete the file or define it)",
+        print(f"{golden.display_path(path)}: no golden of that name in parity/golden_scenarios.py (delete the file or define it)",
               file=sys.stderr)
     return 1 if stale else 0
 

@@ -3,7 +3,8 @@
 Each mutant is applied to its own copy of the repository and the properties run there in a
 child process (several at once, up to the number of CPUs). For each it prints whether it was
 killed, how many scenarios were played until the first failing one (from the child's ledger),
-the time, and a one-line counterexample. Exit status: 0 every mutant killed, 1 a mutant survived
+the time, and a one-line counterexample (from the first failure, which the child hands back as
+data: ``parity.zoo_results``). Exit status: 0 every mutant killed, 1 a mutant survived
 (or its run could not be judged), 2 usage.
 """
 
@@ -12,7 +13,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import re
 import subprocess
 import sys
 import tempfile
@@ -24,11 +24,11 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from parity.mutants import Mutant
+    from parity.zoo_results import RunFailure
 
 from parity.cli_paths import output_path_problem, positive_number_problem
 
 USAGE_ERROR = 2
-REPORT_MARKERS = ("kvparity: the worlds disagree", "kvparity: an oracle failed")
 
 
 @dataclass(frozen=True)
@@ -70,50 +70,46 @@ def _scenario_summary(data: dict) -> str:
             f"{len(data.get('requests', []))} reqs, steps {'/'.join(steps)}]")
 
 
-def counterexample_line(output: str) -> str:
-    """The first line that says what went wrong, plus a compact summary of the shrunk scenario."""
-    lines = [re.sub(r"^E\s+", "", line).strip() for line in output.splitlines()]
-    what = next((line for line in lines if line.startswith("first difference:")), None)
-    if what is None and "oracle violations:" in lines:
-        what = "oracle: " + lines[lines.index("oracle violations:") + 1]
-    if what is None:
-        errors = [line for line in lines if re.match(r"^\w+(Error|Exception)\b", line)]
-        what = errors[-1] if errors else "(no report found)"
-    replays = re.findall(r"python -m parity\.replay '(\{.*\})'", output)
-    if replays:
-        try:
-            what += " " + _scenario_summary(json.loads(replays[-1]))
-        except ValueError:
-            pass
+def counterexample_line(failure: RunFailure | None) -> str:
+    """What went wrong (the first difference, the first oracle violation, or the error), plus a
+    compact summary of the shrunk scenario."""
+    if failure is None:
+        return "(no report found)"
+    what = failure.what or failure.error
+    if failure.replay is not None:
+        what += " " + _scenario_summary(failure.replay)
     return what[:240]
 
 
-def judge(done: subprocess.CompletedProcess | None, entries: list[dict]) -> tuple[bool, int | None, str]:
+def judge(done: subprocess.CompletedProcess | None, entries: list[dict],
+          failure: RunFailure | None = None) -> tuple[bool, int | None, str]:
     """Killed when pytest failed (status 1) on a property: a parity report, or an exception the
-    property raised while playing a scenario."""
+    property raised while playing a scenario (``failure``: the first failing test, as data)."""
     if done is None:
         return False, scenarios_until_failure(entries), "timed out"
-    output = done.stdout + done.stderr
     failed = scenarios_until_failure(entries)
     if done.returncode != 1:
         return False, failed, f"pytest exit status {done.returncode}" if done.returncode else "survived"
     if failed is None:  # the property raised before recording its scenario
         failed = len(entries) + 1
-    return True, failed, counterexample_line(output)
+    return True, failed, counterexample_line(failure)
 
 
 def run_one(mutant: Mutant, timeout: float, examples: bool) -> MutantOutcome:
-    from parity import ledger
+    from parity import ledger, zoo_results
     from parity.mutants import run_properties
 
     start = time.monotonic()
     with tempfile.TemporaryDirectory(prefix=f"kvparity-ledger-{mutant.name}-") as directory:
+        result_file = Path(directory) / "first-failure.json"  # not *.jsonl: the ledger's lines are those
         try:
-            done = run_properties(mutant, "ci", timeout, examples=examples, ledger_dir=Path(directory))
+            done = run_properties(mutant, "ci", timeout, examples=examples, ledger_dir=Path(directory),
+                                  result_file=result_file)
         except subprocess.TimeoutExpired:
             done = None
         entries = ledger.read(directory)
-    killed, scenarios, line = judge(done, entries)
+        failure = zoo_results.read(result_file)
+    killed, scenarios, line = judge(done, entries, failure)
     return MutantOutcome(mutant.name, mutant.bug_class, killed, scenarios, time.monotonic() - start, line,
                          timed_out=done is None)
 

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 import torch
 
 from parity.snapshot import REQUEST_FIELDS, Snapshot
-from parity.world import REAL_RELEASES, family
+from parity.world import WorldId
 
 ALLOWED = {
     "prefix type": "legacy [] vs refactored empty int64 tensor; chunk cache int32 view vs int64 copy",
@@ -38,7 +38,7 @@ KNOWN_VERSION_DIFFERENCES = {
 
 @dataclass
 class Difference:
-    world: str
+    world: str  # the world's name (``str(WorldId)``), as reports show it
     reference: str
     what: str  # which field, e.g. "req_to_token", "request r1 prefix_values"
     detail: str
@@ -48,11 +48,6 @@ class Difference:
     def line(self) -> str:
         tag = f" [known defect: {self.known_defect}]" if self.known_defect else ""
         return f"{self.world} vs {self.reference}: {self.what}: {self.detail}{tag}"
-
-
-def _version(world: str) -> str:
-    """The SGLang version (family) of a world named ``version/backend``."""
-    return family(world.split("/", 1)[0])
 
 
 def _table_cells(ref: torch.Tensor, got: torch.Tensor, excused: set[tuple[int, int]]) -> list[tuple[int, int, int, int]]:
@@ -72,13 +67,14 @@ def _failure_excuses(snap: Snapshot) -> set[tuple[int, int]]:
     return {(row, col) for row, start, end in snap.record.write_region for col in range(start, end)}
 
 
-def compare(ref_name: str, ref: Snapshot, name: str, got: Snapshot) -> list[Difference]:
+def compare(ref_id: WorldId, ref: Snapshot, world: WorldId, got: Snapshot) -> list[Difference]:
     diffs: list[Difference] = []
+    ref_name, name = str(ref_id), str(world)
 
     def add(what: str, detail: str, **kw) -> None:
         diffs.append(Difference(name, ref_name, what, detail, **kw))
 
-    cross_version = _version(ref_name) != _version(name)
+    cross_version = ref_id.family != world.family
     r_rec, g_rec = ref.record, got.record
     if (r_rec.kind, r_rec.rids, r_rec.outcome) != (g_rec.kind, g_rec.rids, g_rec.outcome):
         add("stage", f"{g_rec.describe()!r} != {r_rec.describe()!r}")
@@ -95,7 +91,7 @@ def compare(ref_name: str, ref: Snapshot, name: str, got: Snapshot) -> list[Diff
         a, b = getattr(ref, attr), getattr(got, attr)
         if a.dtype != b.dtype or not torch.equal(a, b):
             same_set = a.dtype == b.dtype and sorted(a.tolist()) == sorted(b.tolist())
-            known = _known_version_difference(ref_name, name, "0.5.3.post2 frees the paged tail last") if same_set else None
+            known = _known_version_difference(ref_id, world, "0.5.3.post2 frees the paged tail last") if same_set else None
             add(f"allocator {attr}", f"{b.tolist()} ({b.dtype}) != {a.tolist()} ({a.dtype})", known_defect=known)
     for attr in ("available_size", "free_rows", "tree"):
         if getattr(ref, attr) != getattr(got, attr):
@@ -103,21 +99,17 @@ def compare(ref_name: str, ref: Snapshot, name: str, got: Snapshot) -> list[Diff
     for rid, r_view in ref.requests.items():
         if failed and rid in r_rec.rids:
             continue  # ALLOWED "after allocation failure"
-        diffs += _request_diffs(rid, r_view, got.requests[rid], name, ref_name, cross_version)
+        diffs += _request_diffs(rid, r_view, got.requests[rid], world, ref_id, cross_version)
     return diffs
 
 
-def _release(world: str) -> str | None:
-    return REAL_RELEASES.get(world.split("/", 1)[0])
-
-
-def _known_version_difference(ref_name: str, name: str, key: str) -> str | None:
+def _known_version_difference(ref_id: WorldId, world: WorldId, key: str) -> str | None:
     """``key`` when exactly one of the two worlds is a real release from the one that made the
     change on (so the difference is that release's intended change), else None."""
     from parity.real.versions import version_key
 
     since = KNOWN_VERSION_DIFFERENCES[key][0]
-    ref_release, release = _release(ref_name), _release(name)
+    ref_release, release = ref_id.release, world.release
     if ref_release is None or release is None:
         return None
     newer = [version_key(r) >= version_key(since) for r in (ref_release, release)]
@@ -130,17 +122,18 @@ def _aliases_a_row_it_left(view) -> bool:
     return view.alias_row is not None and (view.alias_row != view.req_pool_idx or view.status == "finished")
 
 
-def _request_diffs(rid, r_view, g_view, name, ref_name, cross_version) -> list[Difference]:
+def _request_diffs(rid, r_view, g_view, world: WorldId, ref_id: WorldId, cross_version) -> list[Difference]:
     diffs = []
+    name, ref_name = str(world), str(ref_id)
     for attr in REQUEST_FIELDS:
         a, b = getattr(r_view, attr), getattr(g_view, attr)
         if a == b:
             continue
         defect = None
         if attr == "req_pool_idx" and r_view.status == "waiting" and None in (a, b):
-            defect = _known_version_difference(ref_name, name, "0.5.4 keeps req_pool_idx after retract")
+            defect = _known_version_difference(ref_id, world, "0.5.4 keeps req_pool_idx after retract")
         if attr == "prefix_values" and cross_version:
-            legacy_view = r_view if _version(ref_name) == "legacy" else g_view
+            legacy_view = r_view if ref_id.family == "legacy" else g_view
             if _aliases_a_row_it_left(legacy_view):
                 defect = ALIAS_DEFECT
         diffs.append(Difference(name, ref_name, f"request {rid} {attr}", f"{b} != {a}", known_defect=defect))

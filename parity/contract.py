@@ -4,6 +4,7 @@ refactored version must meet it. Each check returns readable violations, never r
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -62,14 +63,36 @@ def _vector_violations(name: str, t: Any, bs: int, device: torch.device) -> list
     return problems
 
 
-def _shared_rows(rows: list[int]) -> list[str]:
+@dataclass(frozen=True)
+class LengthFindings:
+    """What SPEC section 8's rules on plain lengths find, as data: the one check that both the
+    tensor inputs here and the plain ``KernelBatch`` of ``parity.target_inputs`` use (each words
+    its findings for its own reader). Empty fields: the lengths are valid."""
+
+    rows_outside: tuple[tuple[int, int], ...] = ()  # (request, row) outside [0, height)
+    shared_rows: tuple[tuple[int, tuple[int, ...]], ...] = ()  # (row, the requests sharing it)
+    misordered: tuple[int, ...] = ()  # requests breaking 0 <= prefix_len <= seq_len <= width
+    slot_count: tuple[int, int] | None = None  # (out_cache_loc slots, extend lens sum) when they differ
+
+    @property
+    def rows_ok(self) -> bool:
+        return not self.rows_outside and not self.shared_rows
+
+
+def length_findings(rows: list[int], prefix_lens: list[int], seq_lens: list[int], height: int, width: int,
+                    slots: int | None = None, extend_total: int = 0) -> LengthFindings:
+    """SPEC section 8 on plain ints: rows in ``[0, height)`` and distinct (two requests in one row
+    are two programs writing one row at once), ``0 <= prefix_len <= seq_len <= width``, and, when
+    ``slots`` is given, ``slots == extend_total``."""
     owners: dict[int, list[int]] = {}
     for i, row in enumerate(rows):
         owners.setdefault(row, []).append(i)
-    return [
-        f"requests {', '.join(map(str, who))} share row {row}: their programs would race on it"
-        for row, who in owners.items() if len(who) > 1
-    ]
+    return LengthFindings(
+        rows_outside=tuple((i, r) for i, r in enumerate(rows) if not 0 <= r < height),
+        shared_rows=tuple((row, tuple(who)) for row, who in owners.items() if len(who) > 1),
+        misordered=tuple(i for i, (pre, seq) in enumerate(zip(prefix_lens, seq_lens)) if not 0 <= pre <= seq <= width),
+        slot_count=(slots, extend_total) if slots is not None and slots != extend_total else None,
+    )
 
 
 def write_input_violations(
@@ -99,18 +122,20 @@ def write_input_violations(
         return problems  # the per-request checks below need well-formed vectors
     rows, pres, seqs, exts = (t.tolist() for _, t in named)
     height, width = req_to_token.shape
-    problems += [f"request {i}: row {r} is outside [0, {height})" for i, r in enumerate(rows) if not 0 <= r < height]
-    problems += _shared_rows(rows)
+    found = length_findings(rows, pres, seqs, height, width, out_cache_loc.numel(), sum(exts))
+    problems += [f"request {i}: row {r} is outside [0, {height})" for i, r in found.rows_outside]
+    problems += [f"requests {', '.join(map(str, who))} share row {row}: their programs would race on it"
+                 for row, who in found.shared_rows]
     for i, (prefix, pre, seq, ext) in enumerate(zip(prefix_tensors, pres, seqs, exts)):
         problems += prefix_violations(prefix, i, f"#{i}", device)
         if isinstance(prefix, torch.Tensor) and prefix.numel() != pre:
             problems.append(f"request {i}: prefix has {prefix.numel()} elements but prefix_len is {pre}")
-        if not 0 <= pre <= seq <= width:
+        if i in found.misordered:
             problems.append(f"request {i}: not 0 <= prefix_len {pre} <= seq_len {seq} <= row width {width}")
         if ext != seq - pre:
             problems.append(f"request {i}: extend_len {ext} != seq_len {seq} - prefix_len {pre}")
-    if out_cache_loc.numel() != sum(exts):
-        problems.append(f"out_cache_loc has {out_cache_loc.numel()} slots but extend_lens sum to {sum(exts)}")
+    if found.slot_count is not None:
+        problems.append(f"out_cache_loc has {found.slot_count[0]} slots but extend_lens sum to {found.slot_count[1]}")
     return problems
 
 

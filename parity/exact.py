@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import torch
 
+from parity.differ import index_text, tensor_cells
+
 
 def mismatch(actual: torch.Tensor, expected: torch.Tensor, what: str = "tensor", limit: int = 8) -> str | None:
     """``None`` when equal; otherwise one readable paragraph naming the first differing cells."""
@@ -15,10 +17,8 @@ def mismatch(actual: torch.Tensor, expected: torch.Tensor, what: str = "tensor",
             return f"{what}: {attr} {getattr(actual, attr)} != expected {getattr(expected, attr)}"
     if torch.equal(actual, expected):
         return None
-    cells = (actual != expected).nonzero().tolist()
-    shown = ", ".join(
-        f"{tuple(c)}: got {actual[tuple(c)].item()} expected {expected[tuple(c)].item()}" for c in cells[:limit]
-    )
+    cells = tensor_cells(actual, expected)
+    shown = ", ".join(index_text(c, actual[c].item(), expected[c].item()) for c in cells[:limit])
     more = f" (and {len(cells) - limit} more)" if len(cells) > limit else ""
     return f"{what}: {len(cells)} cells differ: {shown}{more}"
 

@@ -20,23 +20,23 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
 import torch
 
-from kernels import runtime
 from parity.compare import ALIAS_DEFECT, ALLOWED
+from parity.differ import list_diff
 from parity.golden_format import key_order, to_text
 from parity.golden_scenarios import GOLDENS, REACHES, WHY
 from parity.poison import POISON
 from parity.report import format_failure
-from parity.runner import run_scenario
+from parity.runner import Lockstep, run_scenario
 from parity.scenario import Scenario, scenario_from_dict, scenario_to_dict
-from parity.scheduler import Scheduler, StageRecord
-from parity.snapshot import Snapshot, take_snapshot
-from parity.world import build_world, family
+from parity.scheduler import Scheduler, StageRecord, dtype_name
+from parity.snapshot import Snapshot, prefix_kind
+from parity.world import family
 
 FORMAT_VERSION = 1
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -103,14 +103,17 @@ def _check_name(name: str) -> None:
 
 
 # ---- recording one world -------------------------------------------------------------------------
-def _dtype(tensor: torch.Tensor) -> str:
-    return str(tensor.dtype).removeprefix("torch.")
+def _values(dtype: str | None, values: Sequence[int]) -> dict:
+    return {"dtype": dtype, "values": [int(v) for v in values]}
 
 
-def _tensor(tensor: torch.Tensor | None) -> dict | None:
-    if tensor is None:
-        return None
-    return {"dtype": _dtype(tensor), "values": [int(v) for v in tensor.tolist()]}
+def _tensor(tensor: torch.Tensor) -> dict:
+    return _values(dtype_name(tensor), tensor.tolist())
+
+
+def _batch_values(dtype: str | None, values: Sequence[int] | None) -> dict | None:
+    """A batch tensor the record holds as values and dtype; None where the stage had none."""
+    return None if values is None else _values(dtype, values)
 
 
 def _used_rows(table: torch.Tensor) -> dict[str, list[int]]:
@@ -121,14 +124,6 @@ def _used_rows(table: torch.Tensor) -> dict[str, list[int]]:
         if written:
             rows[str(row)] = values[: written[-1] + 1]
     return rows
-
-
-def _prefix_kind(prefix: Any, alias_row: int | None) -> str:
-    """The prefix's type without its device (a golden is the same on CPU and GPU)."""
-    if not isinstance(prefix, torch.Tensor):
-        return type(prefix).__name__
-    kind = f"{_dtype(prefix)} view of row {alias_row}" if alias_row is not None else f"{_dtype(prefix)} tensor"
-    return kind if prefix.is_contiguous() else kind + " (not contiguous)"
 
 
 def _request(scheduler: Scheduler, snap: Snapshot, rid: str) -> dict:
@@ -144,7 +139,7 @@ def _request(scheduler: Scheduler, snap: Snapshot, rid: str) -> dict:
         "last_matched_prefix_len": view.last_matched_prefix_len,
         "output_len": view.output_len,
         "prefix": {
-            "kind": _prefix_kind(scheduler.reqs[rid].prefix_indices, view.alias_row),
+            "kind": prefix_kind(scheduler.reqs[rid].prefix_indices, view.alias_row, golden=True),
             "values": list(view.prefix_values),
         },
     }
@@ -157,14 +152,13 @@ def _tree(scheduler: Scheduler, snap: Snapshot) -> dict | None:
         {"tokens": list(path), "extra_key": extra_key, "slots": list(slots), "lock_ref": lock_ref}
         for extra_key, path, slots, lock_ref in snap.tree
     ]
-    return {"dtype": _dtype(scheduler.world.tree_cache.all_values_flatten()), "nodes": nodes}
+    return {"dtype": dtype_name(scheduler.world.tree_cache.all_values_flatten()), "nodes": nodes}
 
 
-def _stage(scheduler: Scheduler, snap: Snapshot, batch: Any) -> dict:
+def _stage(scheduler: Scheduler, snap: Snapshot) -> dict:
+    """One stage in the golden layout: the snapshot and its record, plus the two types a snapshot
+    does not hold, read from the world while it is still in the stage."""
     record: StageRecord = snap.record
-    # From the batch's own tensors, for their dtypes (the record holds plain values).
-    out_cache_loc = batch.out_cache_loc if record.out_cache_loc is not None else None
-    last_loc = batch.last_loc if record.last_loc is not None else None
     return {
         "step": record.step,
         "kind": record.kind,
@@ -172,9 +166,9 @@ def _stage(scheduler: Scheduler, snap: Snapshot, batch: Any) -> dict:
         "outcome": record.outcome,
         "error": record.error,
         "batch_rows": list(record.rows),
-        "out_cache_loc": _tensor(out_cache_loc),
-        "last_loc": _tensor(last_loc),
-        "req_to_token": {"dtype": _dtype(snap.req_to_token), "rows": _used_rows(snap.req_to_token)},
+        "out_cache_loc": _batch_values(record.out_cache_loc_dtype, record.out_cache_loc),
+        "last_loc": _batch_values(record.last_loc_dtype, record.last_loc),
+        "req_to_token": {"dtype": dtype_name(snap.req_to_token), "rows": _used_rows(snap.req_to_token)},
         "allocator": {
             "free_pages": _tensor(snap.free_pages),
             "release_pages": _tensor(snap.release_pages),
@@ -187,22 +181,17 @@ def _stage(scheduler: Scheduler, snap: Snapshot, batch: Any) -> dict:
 
 
 def play(scenario: Scenario, version: str, backend: str) -> list[dict]:
-    """Play ``scenario`` in one world and record every stage in the golden layout."""
-    world = build_world(version, backend, scenario.geometry, scenario.cache_kind, device=runtime.DEVICE)
-    batches: list[Any] = []
-    make_batch = world.batch
-
-    def capturing_batch(reqs: list[Any]) -> Any:  # the stage's batch holds its tensors' dtypes
-        batches.append(make_batch(reqs))
-        return batches[-1]
-
-    world.batch = capturing_batch  # type: ignore[method-assign]
-    scheduler = Scheduler(world, scenario)
-    stages = []
+    """Play ``scenario`` in one world, through the harness's own lockstep (no oracles: ``record``
+    runs them, on every world), and record every stage in the golden layout."""
+    stages: list[dict] = []
+    lockstep = Lockstep(
+        scenario,
+        ((version, backend),),
+        oracles=False,
+        observe=lambda _name, scheduler, snap: stages.append(_stage(scheduler, snap)),
+    )
     for index, step in enumerate(scenario.steps):
-        for record in scheduler.apply(index, step):
-            stages.append(_stage(scheduler, take_snapshot(scheduler, record), batches[-1] if batches else None))
-            batches.clear()
+        lockstep.play(index, step)
     return stages
 
 
@@ -411,28 +400,6 @@ def _stage_title(stage: Any) -> str:
     return f"step {stage.get('step')} {stage.get('kind')} {stage.get('rids')}"
 
 
-def _runs(expected: list, got: list) -> list[tuple[int, int]]:
-    """Runs [start, end] of positions where two lists differ (a missing position differs)."""
-    bad = [i for i in range(max(len(expected), len(got))) if i >= len(expected) or i >= len(got) or expected[i] != got[i]]
-    runs: list[tuple[int, int]] = []
-    for i in bad:
-        if runs and runs[-1][1] == i - 1:
-            runs[-1] = (runs[-1][0], i)
-        else:
-            runs.append((i, i))
-    return runs
-
-
-def _list_diff(what: str, unit: str, expected: list, got: list, limit: int = 3) -> list[str]:
-    out = []
-    for start, end in _runs(expected, got)[:limit]:
-        where = f"{unit} {start}" if start == end else f"{unit}s {start}-{end}"
-        out.append(f"{what}: {where} expected {expected[start:end + 1]} got {got[start:end + 1]}")
-    if len(expected) != len(got):
-        out.append(f"{what}: expected {len(expected)} values, got {len(got)}")
-    return out
-
-
 def _what(path: tuple[str, ...]) -> str:
     if path[:2] == ("req_to_token", "rows") and len(path) == 3:
         return f"row {path[2]}"
@@ -455,7 +422,7 @@ def _diff(path: tuple[str, ...], expected: Any, got: Any) -> list[str]:
     if isinstance(expected, list) and isinstance(got, list) and expected != got:
         if all(isinstance(v, int) for v in expected + got):
             unit = "column" if path[:2] == ("req_to_token", "rows") else "position"
-            return _list_diff(_what(path), unit, expected, got)
+            return list_diff(_what(path), unit, expected, got)
         if len(expected) == len(got):
             return [d for i, (e, g) in enumerate(zip(expected, got)) for d in _diff(path + (str(i),), e, g)]
     if expected != got or type(expected) is not type(got):

@@ -24,6 +24,7 @@ from parity.report import format_failure
 from parity.runner import RunResult, run_scenario
 from parity.scenario import Scenario
 from parity.strategies import TEMPLATES, scenarios
+from parity.world import WorldId
 
 
 @dataclass
@@ -104,7 +105,7 @@ def check_repository(
     shards of its own seeds. The verdict, the scenario count and the counterexample are those of
     ``jobs=1``: tasks are merged in their order, and those after the first failing one are
     discarded, as a single process would never have played them."""
-    names = tuple(f"{v}/{b}" for v, b in worlds)
+    names = tuple(str(WorldId.modelled(v, b)) for v, b in worlds)
     real_names = tuple(lane.names) if lane is not None else ()
     if lane is not None:
         names = real_names if real_reference else names + real_names
@@ -201,7 +202,7 @@ def _merge(verdict: HarnessVerdict, outcomes: list[TemplateOutcome]) -> None:
             verdict.verdict = "divergence"
             verdict.scenario = scenario
             verdict.counterexample = format_failure(result)
-            verdict.diverged = {d.world for d in result.divergences} | {v.split(":", 1)[0] for v in result.violations}
+            verdict.diverged = {d.world for d in result.divergences} | {v.world for v in result.violations}
             verdict.worlds = result.worlds
             return  # a single process would have stopped here
 

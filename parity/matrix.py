@@ -18,10 +18,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from parity.compare import ALLOWED, compare
-from parity.renumber import DIVERGENT, EXACT, RENUMBERED, renumbering_verdict
+from parity.renumber import DIVERGENT, EXACT, RENUMBERED, RenumberVerdict, renumbering_verdict
 from parity.runner import Lockstep, off_path_step
 from parity.scenario import Scenario
 from parity.snapshot import Snapshot
+from parity.world import WorldId
 
 ORDER = {EXACT: 0, RENUMBERED: 1, DIVERGENT: 2}
 
@@ -43,7 +44,10 @@ class PairResult:
     counterexample: str | None = None  # the first divergent scenario, in one line, and why
     scenario: Scenario | None = None
 
-    def add(self, verdict: str, detail: str | None, scenario: Scenario, classes: set[str]) -> None:
+    def add(self, verdict: str, detail: str | None, scenario: Scenario, classes: set[str],
+            field: str | None = None) -> None:
+        """One scenario's verdict; for a divergence, ``detail`` says what differed first and
+        ``field`` (counted in ``fields``) the kind of it."""
         self.scenarios += 1
         if ORDER[verdict] > ORDER[self.verdict]:
             self.verdict = verdict
@@ -51,23 +55,11 @@ class PairResult:
             self.renumbered += 1
         if verdict == DIVERGENT:
             self.divergent += 1
-            self.fields[_field_of(detail)] += 1
+            self.fields[field or "?"] += 1
             self.classes.update(classes)
             if self.counterexample is None:
                 self.counterexample = f"{detail} [{_summary(scenario)}]"
                 self.scenario = scenario
-
-
-def _field_of(detail: str | None) -> str:
-    """The kind of the first mismatch: "page map", "row map", "request r1 fill_ids" -> "fill_ids", ..."""
-    head = (detail or "?").split(":", 1)[0]
-    if head.startswith("step "):
-        rest = (detail or "").split(": ", 2)
-        head = rest[1] if len(rest) > 1 else head
-    words = head.split()
-    if len(words) >= 3 and words[0] == "request":
-        return words[2]
-    return head
 
 
 def _summary(scenario: Scenario) -> str:
@@ -76,14 +68,15 @@ def _summary(scenario: Scenario) -> str:
     return f"{scenario.cache_kind}, page {g.page_size}{chunk}, {len(scenario.requests)} requests, {len(scenario.steps)} steps"
 
 
-def pair_verdict(ref: list[Snapshot], got: list[Snapshot], ref_name: str, name: str, page_size: int) -> tuple[str, str | None, set[str]]:
-    """(verdict, detail, known intended changes met) of one scenario for one pair."""
-    diffs = [d for a, b in zip(ref, got) for d in compare(ref_name, a, name, b)] if len(ref) == len(got) else [None]
+def pair_verdict(
+    ref: list[Snapshot], got: list[Snapshot], ref_id: WorldId, world: WorldId, page_size: int
+) -> tuple[RenumberVerdict, set[str]]:
+    """(the verdict, the known intended changes met) of one scenario for one pair."""
+    diffs = [d for a, b in zip(ref, got) for d in compare(ref_id, a, world, b)] if len(ref) == len(got) else [None]
     known = {d.known_defect for d in diffs if d is not None and d.known_defect}
     # Exact up to what ALLOWED excuses (legacy's alias): the differences of the refactor itself.
     exact = all(d is not None and d.known_defect in ALLOWED for d in diffs)
-    verdict = renumbering_verdict(ref, got, page_size, exact=exact)
-    return verdict.verdict, verdict.detail, known
+    return renumbering_verdict(ref, got, page_size, exact=exact), known
 
 
 def play_pilot(scenario: Scenario) -> tuple[int | None, set[str]]:
@@ -108,10 +101,9 @@ def run_matrix(
 ) -> list[PairResult]:
     """``lanes``: release -> a started ``RealLane`` of that release alone; ``pairs``: (reference
     release, release). Every release plays every scenario once; every pair is judged on them."""
-    results = {
-        (a, b, backend): PairResult(lanes[a].names[i], lanes[b].names[i], a, b, backend)
-        for a, b in pairs for i, backend in enumerate(lanes[a].backends)
-    }
+    ids = {(a, b, backend): (lanes[a].ids[i], lanes[b].ids[i])
+           for a, b in pairs for i, backend in enumerate(lanes[a].backends)}
+    results = {key: PairResult(str(ref_id), str(world), key[0], key[1], key[2]) for key, (ref_id, world) in ids.items()}
     for scenario in scenarios:
         stop, classes = play_pilot(scenario)
         if pool is None:
@@ -119,14 +111,15 @@ def run_matrix(
         else:  # the lanes' workers play at once; the results are judged here, in pair order
             futures = {release: pool.submit(lane.play, scenario, stop) for release, lane in lanes.items()}
             played = {release: future.result() for release, future in futures.items()}
-        for (a, b, _backend), result in results.items():
-            ref, got = played[a][result.reference], played[b][result.other]
+        for key, result in results.items():
+            ref_id, world = ids[key]
+            ref, got = played[key[0]][result.reference], played[key[1]][result.other]
             if not isinstance(ref, list) or not isinstance(got, list):
                 failed = ref if not isinstance(ref, list) else got
-                result.add(DIVERGENT, f"real SGLang failed: {failed.line()}", scenario, classes)
+                result.add(DIVERGENT, f"real SGLang failed: {failed.line()}", scenario, classes, "real SGLang failed")
                 continue
-            verdict, detail, known = pair_verdict(ref, got, result.reference, result.other, scenario.geometry.page_size)
+            verdict, known = pair_verdict(ref, got, ref_id, world, scenario.geometry.page_size)
             result.findings.update(known)
-            result.add(verdict, detail, scenario, classes)
+            result.add(verdict.verdict, verdict.detail, scenario, classes, verdict.what)
         tick()
     return list(results.values())

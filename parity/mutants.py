@@ -152,19 +152,25 @@ def run_properties(
     *,
     examples: bool = True,
     ledger_dir: Path | None = None,
+    result_file: Path | None = None,
 ) -> subprocess.CompletedProcess:
     """Run the parity properties against a mutated copy; returns the finished pytest process.
     ``examples=False`` leaves out the permanent @examples: generated scenarios alone.
-    ``ledger_dir`` (an empty directory) receives the child's scenario ledger."""
+    ``ledger_dir`` (an empty directory) receives the child's scenario ledger; ``result_file``
+    (not there yet) its first failing test, as data (``parity.zoo_results.read``)."""
+    from parity.zoo_results import ENV as RESULT_ENV
+
     with tempfile.TemporaryDirectory(prefix=f"kvparity-mutant-{mutant.name}-") as tmp:
         root = mutated_copy(mutant, Path(tmp))
-        drop = ("PYTEST_", "KVPARITY_LEDGER", "KVPARITY_NO_EXAMPLES")
+        drop = ("PYTEST_", "KVPARITY_LEDGER", "KVPARITY_NO_EXAMPLES", RESULT_ENV)
         env = {k: v for k, v in os.environ.items() if not k.startswith(drop)}
         env.update(HYPOTHESIS_PROFILE=profile, PYTHONPATH=str(root), PYTHONDONTWRITEBYTECODE="1")
         if not examples:
             env["KVPARITY_NO_EXAMPLES"] = "1"
         if ledger_dir is not None:
             env["KVPARITY_LEDGER"] = str(ledger_dir)
-        command = [sys.executable, "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider",
+        if result_file is not None:
+            env[RESULT_ENV] = str(result_file)
+        command = [sys.executable, "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider", "-p", "parity.zoo_plugin",
                    "tests/properties/test_parity.py::test_all_worlds_agree"]
         return subprocess.run(command, cwd=root, env=env, capture_output=True, text=True, timeout=timeout)

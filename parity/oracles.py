@@ -6,19 +6,37 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Iterator
+from dataclasses import dataclass
 
 import numpy as np
 import torch
 
 from parity.poison import POISON
+from parity.records import LogprobAdmission
 from parity.scenario import Scenario
-from parity.scheduler import parse_logprob_note
 from parity.snapshot import Snapshot
 
 # A known SGLang defect (SPEC 1, cache_unfinished_req step 2), reported as a finding, never hidden
 # and never a failure: row columns before the old prefix length are not rewritten when the page
 # under them was freed as a duplicate, so the row keeps slots of a freed page.
 STALE_ROW_DEFECT = "upstream: stale row cells after a duplicate page was freed"
+
+
+@dataclass(frozen=True)
+class Violation:
+    """An oracle's finding in one world: the world's name and the message (``step N kind: ...``)."""
+
+    world: str
+    message: str
+
+    def line(self) -> str:
+        return f"{self.world}: {self.message}"
+
+    __str__ = line
+
+
+def violations(world: str, problems: list[str]) -> list[Violation]:
+    return [Violation(world, p) for p in problems]
 
 
 def check_stage(scenario: Scenario, before: Snapshot, after: Snapshot) -> list[str]:
@@ -195,9 +213,8 @@ def logprob_start_respected(after: Snapshot) -> list[str]:
     """With logprobs on, the cache never supplies the logprob start or anything after it."""
     problems = []
     for note in after.record.notes:
-        parsed = parse_logprob_note(note)
-        if parsed and parsed[2] > max(parsed[1], 0):
-            problems.append(f"cache matched {parsed[2]} tokens past logprob_start_len {parsed[1]}")
+        if isinstance(note, LogprobAdmission) and note.matched > max(note.start, 0):
+            problems.append(f"cache matched {note.matched} tokens past logprob_start_len {note.start}")
     return problems
 
 

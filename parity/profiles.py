@@ -12,6 +12,12 @@ import os
 from hypothesis import HealthCheck, Phase, settings
 
 PROFILES = ("ci", "dev", "nightly", "mutation")
+# The page sizes a scenario draws, defined once: ``ci`` (and ``dev``, ``mutation``) draws these, and
+# the scenario classes name each one; ``nightly`` adds SGLang's common 64.
+PAGE_SIZES_CI = (1, 2, 4, 16)
+PAGE_SIZES_NIGHTLY = PAGE_SIZES_CI + (64,)
+# Kernel-level inputs (``alloc_extend`` on its own, parity.target_inputs) go further: 1, 2, 4, ..., 256.
+KERNEL_PAGE_SIZES = tuple(2**k for k in range(9))
 _QUIET = [HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.filter_too_much]
 
 settings.register_profile("ci", derandomize=True, deadline=None, max_examples=100, database=None,

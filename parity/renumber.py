@@ -42,12 +42,18 @@ _SCRATCH_STATUSES = ("waiting", "finished")
 class RenumberVerdict:
     verdict: str
     detail: str | None = None  # for a divergence: which mapping (or field) failed, at which stage
+    what: str | None = None  # for a divergence: the kind of what failed ("row map", "fill_ids", ...)
     rows: dict[int, int] = field(default_factory=dict)  # reference row -> row
     pages: dict[int, int] = field(default_factory=dict)  # reference page -> page
 
 
 class Mismatch(Exception):
-    """A stage that no renumbering explains."""
+    """A stage that no renumbering explains: ``what`` is the kind of what failed (a map such as
+    "row map", a request field such as "fill_ids", "stage", ...), the message says where and how."""
+
+    def __init__(self, what: str, message: str) -> None:
+        super().__init__(message)
+        self.what = what
 
 
 class Bijection:
@@ -62,9 +68,9 @@ class Bijection:
 
     def pair(self, a: int, b: int, where: str) -> None:
         if self.forward.get(a, b) != b:
-            raise Mismatch(f"{self.what} map: {where}: reference {a} is {b} here, but was {self.forward[a]} before")
+            raise Mismatch(f"{self.what} map", f"{self.what} map: {where}: reference {a} is {b} here, but was {self.forward[a]} before")
         if self.backward.get(b, a) != a:
-            raise Mismatch(f"{self.what} map: {where}: {b} stands for reference {a} here, but for {self.backward[b]} before")
+            raise Mismatch(f"{self.what} map", f"{self.what} map: {where}: {b} stands for reference {a} here, but for {self.backward[b]} before")
         self.forward[a], self.backward[b] = b, a
         self.ever.add(a)
         self.ever_other.add(b)
@@ -78,11 +84,11 @@ class Bijection:
         if mapped != got_mapped:
             missing = sorted(self.backward[b] for b in got_mapped - mapped)[:6]
             extra = sorted(a for a in ref_set if a in self.forward and self.forward[a] not in got_set)[:6]
-            raise Mismatch(f"{self.what} sets differ: {where}: reference-only {extra}, other-only (as reference) {missing}")
+            raise Mismatch(f"{self.what} sets differ", f"{self.what} sets differ: {where}: reference-only {extra}, other-only (as reference) {missing}")
         free_ref = len([a for a in ref_set if a not in self.forward])
         free_got = len([b for b in got_set if b not in self.backward])
         if free_ref != free_got:
-            raise Mismatch(f"{self.what} sets differ: {where}: {free_ref} unpaired in the reference, {free_got} here")
+            raise Mismatch(f"{self.what} sets differ", f"{self.what} sets differ: {where}: {free_ref} unpaired in the reference, {free_got} here")
 
     def release(self, ref: list[int], got: list[int]) -> None:
         """Forget the pairs whose members are free on both sides: a page (or row) nobody holds
@@ -112,18 +118,20 @@ class Renumbering:
     def slot(self, a: int, b: int, where: str) -> None:
         if a == POISON or b == POISON or a < 0 or b < 0:
             if a != b:
-                raise Mismatch(f"slot map: {where}: reference {a}, here {b}")
+                raise Mismatch("slot map", f"slot map: {where}: reference {a}, here {b}")
             return
         ps = self.page_size
         if a % ps != b % ps:
-            raise Mismatch(f"slot map: {where}: reference slot {a} is at offset {a % ps} of its page, {b} at {b % ps}")
+            raise Mismatch("slot map", f"slot map: {where}: reference slot {a} is at offset {a % ps} of its page, {b} at {b % ps}")
         self.pages.pair(a // ps, b // ps, f"{where} (slots {a} and {b})")
 
-    def slots(self, ref: tuple[int, ...] | list[int] | None, got: tuple[int, ...] | list[int] | None, where: str) -> None:
+    def slots(self, ref: tuple[int, ...] | list[int] | None, got: tuple[int, ...] | list[int] | None, where: str,
+              field: str) -> None:
+        """``field``: what the slots are, for a difference in their number."""
         if ref is None or got is None or len(ref) != len(got):
             if ref is None and got is None:
                 return
-            raise Mismatch(f"{where}: {got} against the reference's {ref}")
+            raise Mismatch(field, f"{where}: {got} against the reference's {ref}")
         for i, (a, b) in enumerate(zip(ref or (), got or ())):
             self.slot(a, b, f"{where}[{i}]")
 
@@ -131,13 +139,13 @@ class Renumbering:
         where = ref.record.describe()
         r, g = ref.record, got.record
         if (r.kind, r.rids, r.outcome) != (g.kind, g.rids, g.outcome):
-            raise Mismatch(f"stage: {g.describe()!r} against the reference's {where!r}")
+            raise Mismatch("stage", f"stage: {g.describe()!r} against the reference's {where!r}")
         for i, (a, b) in enumerate(zip(r.rows, g.rows)):
             self.rows.pair(a, b, f"{where}, rows[{i}]")
         if len(r.rows) != len(g.rows):
-            raise Mismatch(f"{where}: rows {g.rows} against the reference's {r.rows}")
-        self.slots(r.out_cache_loc, g.out_cache_loc, f"{where}, out_cache_loc")
-        self.slots(r.last_loc, g.last_loc, f"{where}, last_loc")
+            raise Mismatch("rows", f"{where}: rows {g.rows} against the reference's {r.rows}")
+        self.slots(r.out_cache_loc, g.out_cache_loc, f"{where}, out_cache_loc", "out_cache_loc")
+        self.slots(r.last_loc, g.last_loc, f"{where}, last_loc", "last_loc")
         self._requests(ref, got, where)
         self._table(ref, got, where)
         self._tree(ref, got, where)
@@ -150,23 +158,23 @@ class Renumbering:
                 if a.status in _SCRATCH_STATUSES and name in _SCRATCH_WHILE_WAITING:
                     continue
                 if getattr(a, name) != getattr(b, name):
-                    raise Mismatch(f"{where}: request {rid} {name} {getattr(b, name)} against {getattr(a, name)}")
+                    raise Mismatch(name, f"{where}: request {rid} {name} {getattr(b, name)} against {getattr(a, name)}")
             # A waiting or finished request holds no row, whatever its req_pool_idx still says
             # (0.5.4 keeps it at a retract; a finished request keeps the index of its freed row).
             holds_row = a.status not in _SCRATCH_STATUSES
             if holds_row and (a.req_pool_idx is None) != (b.req_pool_idx is None):
-                raise Mismatch(f"{where}: request {rid} row {b.req_pool_idx} against {a.req_pool_idx}")
+                raise Mismatch("row", f"{where}: request {rid} row {b.req_pool_idx} against {a.req_pool_idx}")
             if a.req_pool_idx is not None and b.req_pool_idx is not None and holds_row:
                 self.rows.pair(a.req_pool_idx, b.req_pool_idx, f"{where}, request {rid}")
             if not (_left_row(a) or _left_row(b)):  # legacy's alias (ALLOWED): its values are no one's
-                self.slots(a.prefix_values, b.prefix_values, f"{where}, request {rid} prefix")
+                self.slots(a.prefix_values, b.prefix_values, f"{where}, request {rid} prefix", "prefix_values")
 
     def _table(self, ref: Snapshot, got: Snapshot, where: str) -> None:
         a_table, b_table = ref.req_to_token, got.req_to_token
         owners = {v.req_pool_idx: v.slotted for v in ref.requests.values()
                   if v.req_pool_idx is not None and v.status not in ("waiting", "finished")}
         if a_table.shape[1:] != b_table.shape[1:] or a_table.dtype != b_table.dtype:
-            raise Mismatch(f"{where}: req_to_token {tuple(b_table.shape)} {b_table.dtype} against "
+            raise Mismatch("req_to_token", f"{where}: req_to_token {tuple(b_table.shape)} {b_table.dtype} against "
                            f"{tuple(a_table.shape)} {a_table.dtype}")
         self._extra_rows(a_table, b_table, where)
         for row in range(a_table.shape[0]):
@@ -176,7 +184,7 @@ class Renumbering:
                 # either run must be identical (its poison untouched).
                 never_used = row not in self.rows.ever and row not in self.rows.ever_other
                 if never_used and row < b_table.shape[0] and not bool((a_table[row] == b_table[row]).all()):
-                    raise Mismatch(f"{where}: row {row}, used by no request in either run, differs")
+                    raise Mismatch("req_to_token", f"{where}: row {row}, used by no request in either run, differs")
                 continue
             # The live columns of the request holding the row (its cells past them are stale: what
             # an earlier owner left, which no token reads); a free row: what its owners wrote
@@ -199,28 +207,28 @@ class Renumbering:
         for table, ever, side in ((a_table, self.rows.ever, "the reference"), (b_table, self.rows.ever_other, "this run")):
             written = [row for row in range(table.shape[0]) if row not in ever and not bool((table[row] == table[row, 0]).all())]
             if written:
-                raise Mismatch(f"{where}: req_to_token has {abs(extra)} more rows in one run, and {side}'s row "
+                raise Mismatch("req_to_token", f"{where}: req_to_token has {abs(extra)} more rows in one run, and {side}'s row "
                                f"{written[0]}, used by no request, was written")
         taller, ever, side = (a_table, self.rows.ever, "the reference") if extra > 0 else (b_table, self.rows.ever_other, "this run")
         spare = [row for row in range(taller.shape[0]) if row not in ever]
         if len(spare) < abs(extra):
-            raise Mismatch(f"{where}: req_to_token has {abs(extra)} more rows in {side}, but only {len(spare)} "
+            raise Mismatch("req_to_token", f"{where}: req_to_token has {abs(extra)} more rows in {side}, but only {len(spare)} "
                            f"of its rows were never used")
 
     def _tree(self, ref: Snapshot, got: Snapshot, where: str) -> None:
         if len(ref.tree) != len(got.tree):
-            raise Mismatch(f"{where}: the tree has {len(got.tree)} nodes against the reference's {len(ref.tree)}")
+            raise Mismatch("tree", f"{where}: the tree has {len(got.tree)} nodes against the reference's {len(ref.tree)}")
         by_path = {(e[0], e[1]): e for e in got.tree}
         for extra, path, slots, lock in ref.tree:
             other = by_path.get((extra, path))
             if other is None or other[3] != lock:
-                raise Mismatch(f"{where}: tree node {path[:8]}{'...' if len(path) > 8 else ''} (extra key {extra!r}) "
+                raise Mismatch("tree", f"{where}: tree node {path[:8]}{'...' if len(path) > 8 else ''} (extra key {extra!r}) "
                                f"is {other and ('locked ' + str(other[3]))} against locked {lock}")
-            self.slots(slots, other[2], f"{where}, tree node of {len(path)} tokens")
+            self.slots(slots, other[2], f"{where}, tree node of {len(path)} tokens", "tree")
 
     def _free(self, ref: Snapshot, got: Snapshot, where: str) -> None:
         if ref.available_size != got.available_size:
-            raise Mismatch(f"{where}: available_size {got.available_size} against {ref.available_size}")
+            raise Mismatch("available_size", f"{where}: available_size {got.available_size} against {ref.available_size}")
         free_a = ref.free_pages.tolist() + ref.release_pages.tolist()
         free_b = got.free_pages.tolist() + got.release_pages.tolist()
         self.pages.same_set(free_a, free_b, f"{where}, free pages")
@@ -243,9 +251,9 @@ def renumbering_verdict(ref: list[Snapshot], got: list[Snapshot], page_size: int
     renumbering = Renumbering(page_size)
     try:
         if len(ref) != len(got):
-            raise Mismatch(f"stages: {len(got) - 1} against the reference's {len(ref) - 1}")
+            raise Mismatch("stages", f"stages: {len(got) - 1} against the reference's {len(ref) - 1}")
         for a, b in zip(ref, got):
             renumbering.stage(a, b)
     except Mismatch as exc:
-        return RenumberVerdict(DIVERGENT, str(exc), renumbering.rows.forward, renumbering.pages.forward)
-    return RenumberVerdict(RENUMBERED, None, renumbering.rows.forward, renumbering.pages.forward)
+        return RenumberVerdict(DIVERGENT, str(exc), exc.what, rows=renumbering.rows.forward, pages=renumbering.pages.forward)
+    return RenumberVerdict(RENUMBERED, rows=renumbering.rows.forward, pages=renumbering.pages.forward)

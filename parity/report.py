@@ -3,30 +3,9 @@ worlds differ, a compact table of the differing cells, and how to replay it."""
 
 from __future__ import annotations
 
-from itertools import groupby
-
 from parity.compare import Difference
+from parity.differ import row_runs, short
 from parity.runner import RunResult
-
-
-def _column_runs(cells: list[tuple[int, int, int, int]]) -> list[tuple[int, str, list[int], list[int]]]:
-    """Group differing cells by row into runs of consecutive columns."""
-    runs = []
-    for row, row_cells in groupby(sorted(cells), key=lambda c: c[0]):
-        group = list(row_cells)
-        start = 0
-        for i in range(1, len(group) + 1):
-            if i == len(group) or group[i][1] != group[i - 1][1] + 1:
-                part = group[start:i]
-                cols = f"{part[0][1]}" if len(part) == 1 else f"{part[0][1]}-{part[-1][1]}"
-                runs.append((row, cols, [c[2] for c in part], [c[3] for c in part]))
-                start = i
-    return runs
-
-
-def _short(values: list[int], limit: int = 8) -> str:
-    text = " ".join(str(v) for v in values[:limit])
-    return text + (f" ... ({len(values)})" if len(values) > limit else "")
 
 
 def difference_table(diffs: list[Difference], limit: int = 20) -> str:
@@ -36,18 +15,24 @@ def difference_table(diffs: list[Difference], limit: int = 20) -> str:
         if not diff.cells:
             lines.append(f"{diff.world:<{w}} {'':>4} {'':<10} {diff.what}: {diff.detail}")
             continue
-        for row, cols, expected, got in _column_runs(diff.cells):
-            lines.append(f"{diff.world:<{w}} {row:>4} {cols:<10} {_short(expected):<34} {_short(got)}")
+        for row, cols, expected, got in row_runs(diff.cells):
+            lines.append(f"{diff.world:<{w}} {row:>4} {cols:<10} {short(expected):<34} {short(got)}")
         if len(lines) > limit:
             lines.append("...")
             break
     return "\n".join(lines)
 
 
+def first_difference_line(result: RunResult) -> str:
+    """The line that names the first difference (``result.first_difference`` is set)."""
+    assert result.first_difference is not None
+    return f"first difference: {result.first_difference.describe()} (reference {result.worlds[0]})"
+
+
 def format_failure(result: RunResult) -> str:
     parts = ["kvparity: the worlds disagree" if result.divergences else "kvparity: an oracle failed", ""]
     if result.first_difference is not None:
-        parts.append(f"first difference: {result.first_difference.describe()} (reference {result.worlds[0]})")
+        parts.append(first_difference_line(result))
     if result.divergences:
         parts += ["", difference_table(result.divergences)]
     if result.violations:

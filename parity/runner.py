@@ -3,17 +3,18 @@ the reference (the first world: legacy on torch) and run the oracles on each wor
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 from kernels import runtime
 from parity.classes import classify
 from parity.compare import Difference, compare
-from parity.oracles import STALE_ROW_DEFECT, check_stage, stale_row_defects
+from parity.oracles import STALE_ROW_DEFECT, Violation, check_stage, stale_row_defects, violations
 from parity.scenario import Scenario, Step
 from parity.scheduler import Scheduler, StageRecord
 from parity.snapshot import Snapshot, take_snapshot
-from parity.world import VERSIONS, build_world
+from parity.world import VERSIONS, WorldId, build_world
 
 SGLANG_WORLDS: tuple[tuple[str, str], ...] = tuple((v, b) for v in VERSIONS for b in ("torch", "triton"))
 # Plus the extra world: the refactored path on the linear-time write kernel (Triton only: on torch
@@ -29,7 +30,7 @@ class RunResult:
     stages: int = 0
     divergences: list[Difference] = field(default_factory=list)
     findings: list[Difference] = field(default_factory=list)  # known defects (legacy's, SGLang's)
-    violations: list[str] = field(default_factory=list)  # oracle failures, "world: ..."
+    violations: list[Violation] = field(default_factory=list)  # oracle failures
     first_difference: StageRecord | None = None
     records: list[StageRecord] = field(default_factory=list)  # the reference world's stages
     classes: set[str] = field(default_factory=set)
@@ -37,6 +38,9 @@ class RunResult:
     @property
     def ok(self) -> bool:
         return not self.divergences and not self.violations
+
+
+Observer = Callable[[str, Scheduler, Snapshot], None]
 
 
 def _start_record() -> StageRecord:
@@ -50,8 +54,20 @@ class Lockstep:
     records. Used by ``run_scenario`` (steps known up front) and by the stateful test (steps
     chosen one at a time)."""
 
-    def __init__(self, scenario: Scenario, worlds: tuple[tuple[str, str], ...] = ALL_WORLDS, *, oracles: bool = True):
-        self.names = tuple(f"{v}/{b}" for v, b in worlds)
+    def __init__(
+        self,
+        scenario: Scenario,
+        worlds: tuple[tuple[str, str], ...] = ALL_WORLDS,
+        *,
+        oracles: bool = True,
+        observe: Observer | None = None,
+    ):
+        # ``observe(name, scheduler, snapshot)`` runs after every stage's snapshot, while the world is
+        # still in that stage: the golden recorder reads there what a snapshot leaves out (the type
+        # of a prefix, of the tree's values).
+        self.observe = observe
+        self.ids = tuple(WorldId.modelled(v, b) for v, b in worlds)
+        self.names = tuple(str(world) for world in self.ids)
         self.schedulers = {
             name: Scheduler(build_world(v, b, scenario.geometry, scenario.cache_kind, device=runtime.DEVICE), scenario)
             for name, (v, b) in zip(self.names, worlds)
@@ -77,9 +93,11 @@ class Lockstep:
             stages[name] = []
             for record in scheduler.apply(index, step):
                 snap = take_snapshot(scheduler, record)
+                if self.observe is not None:
+                    self.observe(name, scheduler, snap)
                 if self.oracles:
                     problems = check_stage(self.result.scenario, self.last[name], snap)
-                    self.result.violations += [f"{name}: {p}" for p in problems]
+                    self.result.violations += violations(name, problems)
                 if name == self.names[0]:
                     self._upstream_defects(name, snap)
                 self.last[name] = snap
@@ -108,8 +126,8 @@ class Lockstep:
         for snaps in per_stage:
             ref = snaps[self.names[0]]
             self.result.stages += 1
-            for name in self.names[1:]:
-                for diff in compare(self.names[0], ref, name, snaps[name]):
+            for world in self.ids[1:]:
+                for diff in compare(self.ids[0], ref, world, snaps[str(world)]):
                     (self.result.findings if diff.known_defect else self.result.divergences).append(diff)
             if self.result.divergences:
                 self.result.first_difference = ref.record
@@ -158,31 +176,33 @@ def compare_real(lockstep: Lockstep, lane: Any, *, oracles: bool, real_reference
     if real_reference:
         result.worlds = tuple(lane.names)
         result.divergences, result.violations, result.findings = [], [], []
-        ref_name = lane.names[0]
-        ref = played[ref_name]
+        ref_id = lane.ids[0]
+        ref = played[str(ref_id)]
         if not isinstance(ref, list):
-            result.divergences.append(Difference(ref_name, ref_name, "real SGLang failed", ref.line()))
+            result.divergences.append(Difference(str(ref_id), str(ref_id), "real SGLang failed", ref.line()))
             return
         for snap in ref:
-            lockstep._upstream_defects(ref_name, snap)
+            lockstep._upstream_defects(str(ref_id), snap)
     else:
         result.worlds = result.worlds + tuple(lane.names)
-        ref_name = lockstep.names[0]
+        ref_id = lockstep.ids[0]
         ref = [s for s in lockstep.reference_stages if s.record.step < (stop if stop is not None else 1 << 30)]
-    for name, got in played.items():
+    for world in lane.ids:
+        name, got = str(world), played[str(world)]
         if not isinstance(got, list):
-            result.divergences.append(Difference(name, ref_name, "real SGLang failed", got.line()))
+            result.divergences.append(Difference(name, str(ref_id), "real SGLang failed", got.line()))
             continue
         if oracles:
             for before, after in zip(got, got[1:]):
-                result.violations += [f"{name}: {p}" for p in check_stage(result.scenario, before, after)]
-        if name != ref_name:
-            _compare_stages(result, ref_name, ref, name, got)
+                result.violations += violations(name, check_stage(result.scenario, before, after))
+        if world != ref_id:
+            _compare_stages(result, ref_id, ref, world, got)
 
 
-def _compare_stages(result: RunResult, ref_name: str, ref: list[Snapshot], name: str, got: list[Snapshot]) -> None:
+def _compare_stages(result: RunResult, ref_id: WorldId, ref: list[Snapshot], world: WorldId, got: list[Snapshot]) -> None:
+    name, ref_name = str(world), str(ref_id)
     for r_snap, g_snap in zip(ref, got):
-        diffs = compare(ref_name, r_snap, name, g_snap)
+        diffs = compare(ref_id, r_snap, world, g_snap)
         result.findings += [d for d in diffs if d.known_defect]
         bad = [d for d in diffs if not d.known_defect]
         if bad:

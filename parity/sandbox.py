@@ -564,8 +564,11 @@ def keeper_main(request_fd: int, reply_fd: int) -> None:
 
 
 def _launch(candidate: Any, target: str, args: list[Any], kwargs: dict[str, Any], bs: int) -> Any:
-    """alloc_extend candidates are Triton kernels (``kernel[(bs,)](...)``) or plain functions."""
-    if target == "alloc_extend" and hasattr(candidate, "__getitem__"):
+    """Candidates of a target launched on a grid (alloc_extend) are Triton kernels
+    (``kernel[(bs,)](...)``) or plain functions."""
+    from parity.targets import lookup
+
+    if lookup(target).grid_launch and hasattr(candidate, "__getitem__"):
         return candidate[(bs,)](*args, **kwargs)
     return candidate(*args, **kwargs)
 

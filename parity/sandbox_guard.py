@@ -1,9 +1,9 @@
 """Guarded memory for the sandbox worker: where the tensors a candidate gets actually live.
 
-``parity.target_inputs.materialise`` decides WHAT a candidate gets: the names, the contents, and
-each tensor inside a buffer with guard margins (``MARGIN`` elements, whole rows for the table),
-which the parent's ``compare_effect`` checks. This module decides WHERE those buffers live in the
-worker, so that an out-of-bounds store has the same effect on every run:
+``parity.target_inputs.materialise`` (as the target's record lays it out) decides WHAT a candidate
+gets: the names, the contents, and each tensor inside a buffer with guard margins (``MARGIN``
+elements, whole rows for the table), which the parent's ``compare_effect`` checks. This module
+decides WHERE those buffers live in the worker, so that an out-of-bounds store has the same effect on every run:
 
 - every buffer is copied into a *region* of its own: the buffer exactly as ``materialise`` built it
   (so the parent's layout still matches), with a *moat* of guard value around it, at least
@@ -38,16 +38,10 @@ from typing import Any
 
 import torch
 
-from parity.target_inputs import (
-    GUARD,
-    Guarded,
-    KernelBatch,
-    Materialised,
-    _where,  # one wording for where a guard cell is
-    materialise,
-)
+from parity.guarded import GUARD, Guarded, Materialised, where  # where: one wording for where a guard cell is
+from parity.target_inputs import KernelBatch, materialise
 
-VECTOR_MOAT = 1024  # guard elements each side of a 1-D buffer, beyond target_inputs' MARGIN
+VECTOR_MOAT = 1024  # guard elements each side of a 1-D buffer, beyond parity.guarded's MARGIN
 TABLE_MOAT_ROWS = 1  # whole guard rows each side of the table (plus VECTOR_MOAT elements), beyond its margin
 GAP_BYTES = 64 << 20  # inaccessible address space before, between and after the CPU regions
 DEVICE_END_BYTES = 16 << 20  # on a GPU: guard before the first region and after the last (no gaps there)
@@ -232,7 +226,7 @@ class GuardedMemory:
                     bad = (values != expected).nonzero().flatten().tolist()
                 total += len(bad)
                 for k in bad[: max(0, MAX_HITS - len(hits))]:
-                    hits.append(f"{g.name}: guard {_where(g, position(k))} holds {int(values[k])} "
+                    hits.append(f"{g.name}: guard {where(g, position(k))} holds {int(values[k])} "
                                 f"(guard value {GUARD})")
         if total > len(hits):
             hits.append(f"... and {total - len(hits)} more guard cell(s)")

@@ -22,70 +22,16 @@ run out of memory: that is an off-path class, labelled as such, after which a sc
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import dataclass
 from typing import Any
 
 import torch
 
+from mem_cache.errors import Exhausted
 from parity.contract import batch_prefix_violations
+from parity.records import LogprobAdmission, Note, Observation, StageRecord
 from parity.scenario import Decode, Evict, Extend, Retract, Scenario, Step
 
-
-@dataclass
-class StageRecord:
-    """What one stage did, in plain values (for oracles, classes and reports)."""
-
-    step: int
-    # cache_unfinished | extend | prefill_result | decode_retract | decode | decode_finish
-    # | retract | evict | skip
-    kind: str
-    rids: tuple[str, ...] = ()
-    rows: tuple[int, ...] = ()
-    prefix_values: tuple[tuple[int, ...], ...] = ()  # captured BEFORE the stage ran
-    seq_lens: tuple[int, ...] = ()
-    extend_lens: tuple[int, ...] = ()
-    out_cache_loc: tuple[int, ...] | None = None
-    last_loc: tuple[int, ...] | None = None
-    outcome: str = "ok"  # ok | oom | error
-    error: str | None = None
-    contract_violations: tuple[str, ...] = ()
-    # cells this stage may write: (row, first column, end column)
-    write_region: tuple[tuple[int, int, int], ...] = ()
-    finished: tuple[str, ...] = ()  # requests of ``rids`` that finished in this stage
-    notes: tuple[str, ...] = ()  # observations for scenario classes
-
-    def describe(self) -> str:
-        what = f"step {self.step} {self.kind}"
-        if self.rids:
-            what += f" {list(self.rids)}"
-        if self.outcome != "ok":
-            what += f" -> {self.outcome}: {self.error}"
-        return what
-
-    @property
-    def cached_unfinished(self) -> tuple[str, ...]:
-        """Requests this stage cached with ``cache_unfinished_req`` (their rows were repointed)."""
-        if self.kind == "cache_unfinished":
-            return self.rids
-        if self.kind == "prefill_result":
-            return tuple(rid for rid in self.rids if rid not in self.finished)
-        return ()
-
-
-_LOGPROB_NOTE = "logprob requested {} start {} matched {}"
-
-
-def logprob_note(requested: int, start: int, matched: int) -> str:
-    """Admission note of a request with logprobs: what it asked for, what the server made of it,
-    and how many tokens the cache supplied."""
-    return _LOGPROB_NOTE.format(requested, start, matched)
-
-
-def parse_logprob_note(note: str) -> tuple[int, int, int] | None:
-    parts = note.split()
-    if len(parts) != 7 or parts[:2] != ["logprob", "requested"]:
-        return None
-    return int(parts[2]), int(parts[4]), int(parts[6])
+__all__ = ["Scheduler", "StageRecord", "ceil_to_page", "retract_order", "sampled_token"]
 
 
 def sampled_token(request_index: int, position: int) -> int:
@@ -163,9 +109,12 @@ class Scheduler:
     def _counter(self, obj: Any, name: str) -> int:
         return getattr(obj, name, 0)
 
-    def _outcome(self, exc: Exception) -> str:
-        """"oom" when the world says ``exc`` is its out-of-memory error, else "error"."""
-        return "oom" if self.world.out_of_memory(exc) else "error"
+    def _fail(self, record: StageRecord, exc: Exception) -> None:
+        """Out of memory when the world says ``exc`` is its out-of-memory error (and of what),
+        else an error; the scenario halts."""
+        exhausted: Exhausted | None = self.world.out_of_memory(exc)
+        record.fail("oom" if exhausted is not None else "error", exc, exhausted)
+        self.halted = record.error
 
     # ---- steps -------------------------------------------------------------------------------------
     def apply(self, step_index: int, step: Step) -> Iterator[StageRecord]:
@@ -183,15 +132,16 @@ class Scheduler:
             raise TypeError(f"unknown step {step!r}")
 
     # ---- prefill -----------------------------------------------------------------------------------
-    def _extend(self, step_index: int, step: Extend, notes: tuple[str, ...] = ()) -> Iterator[StageRecord]:
+    def _extend(self, step_index: int, step: Extend, notes: tuple[Note, ...] = ()) -> Iterator[StageRecord]:
         if self.chunked is not None and self.chunk_to_stash:
             yield self._cache_chunked(step_index)
         splits_before = self._counter(self.cache, "num_splits")
         batch, admission_notes = self._form_batch(step_index, step)
         if not batch:
-            yield StageRecord(step_index, "skip", notes=notes + ("empty extend",))
+            yield StageRecord(step_index, "skip", notes=notes + (Note.EMPTY_EXTEND,))
             return
-        record = self._run_extend(step_index, batch, list(notes) + admission_notes, splits_before)
+        observed: list[Observation] = [*notes, *admission_notes]
+        record = self._run_extend(step_index, batch, observed, splits_before)
         yield record
         if record.outcome == "ok":
             result = self._process_prefill(step_index, batch)
@@ -221,7 +171,7 @@ class Scheduler:
         )
 
 
-    def _form_batch(self, step_index: int, step: Extend) -> tuple[list[str], list[str]]:
+    def _form_batch(self, step_index: int, step: Extend) -> tuple[list[str], list[Observation]]:
         """SGLang's ``PrefillAdder``, rows checked, memory not (see the module docstring): the
         chunked request first, cut to the budget with no page rounding; then waiting requests,
         each taking ``ceil_to_page(extend_input_len)`` of the budget; the first that does not fit
@@ -229,7 +179,7 @@ class Scheduler:
         ps = self.page_size
         budget: float = self.scenario.chunk_size or float("inf")
         batch: list[str] = []
-        notes: list[str] = []
+        notes: list[Observation] = []
         new_chunked: str | None = None
         carried = self.chunked
         if carried is not None and not step.chunked_last:
@@ -281,23 +231,23 @@ class Scheduler:
         self.status[rid] = "scheduled"
         return ceil_to_page(req.extend_input_len, self.page_size)
 
-    def _admission_notes(self, rid: str, req: Any) -> list[str]:
-        notes = []
+    def _admission_notes(self, rid: str, req: Any) -> list[Observation]:
+        notes: list[Observation] = []
         if req.last_matched_prefix_len > 0:
-            notes.append("radix hit")
+            notes.append(Note.RADIX_HIT)
             if tuple(req.origin_input_ids) in self.finished_prompts:
-                notes.append("exact repeat")
+                notes.append(Note.EXACT_REPEAT)
             # Locked before this request locks it: a running (or chunked) request holds the node.
             if getattr(req.last_node, "lock_ref", 0) > 0:
-                notes.append("radix hit on a running request")
+                notes.append(Note.RADIX_HIT_ON_RUNNING)
         if rid in self.retracted:
-            notes.append("re-admitted")
+            notes.append(Note.READMITTED)
         if req.return_logprob:
             requested = self.scenario.request(rid).logprob_start_len
-            notes.append(logprob_note(requested, req.logprob_start_len, req.last_matched_prefix_len))
+            notes.append(LogprobAdmission(rid, requested, req.logprob_start_len, req.last_matched_prefix_len))
         return notes
 
-    def _run_extend(self, step_index: int, batch: list[str], notes: list[str], splits_before: int) -> StageRecord:
+    def _run_extend(self, step_index: int, batch: list[str], notes: list[Observation], splits_before: int) -> StageRecord:
         reqs = [self.reqs[rid] for rid in batch]
         free_rows_before = list(self.pool.free_slots)
         prefixes = tuple(tuple(_values(r.prefix_indices)) for r in reqs)
@@ -318,43 +268,41 @@ class Scheduler:
         evicted_before = self._counter(self.cache, "num_evicted")
         try:
             schedule_batch.prepare_for_extend()
-        except RuntimeError as exc:
-            return self._halt(record, self._outcome(exc), exc, free_rows_before)
         except Exception as exc:  # a broken version may fail in any way: report, never crash
-            return self._halt(record, "error", exc, free_rows_before)
+            return self._halt(record, exc, free_rows_before)
         record.rows = tuple(r.req_pool_idx for r in reqs)
         record.out_cache_loc = tuple(schedule_batch.out_cache_loc.tolist())
+        record.out_cache_loc_dtype = dtype_name(schedule_batch.out_cache_loc)
         if schedule_batch.last_loc is not None:
             record.last_loc = tuple(schedule_batch.last_loc.tolist())
+            record.last_loc_dtype = dtype_name(schedule_batch.last_loc)
         record.write_region = tuple((row, 0, seq) for row, seq in zip(record.rows, record.seq_lens))
         if self._counter(self.cache, "num_splits") > splits_before:
-            notes.append("node split")
+            notes.append(Note.NODE_SPLIT)
         if self._counter(self.allocator, "num_merges") > merges_before:
-            notes.append("merge before alloc_extend" if self.page_size > 1 else "merge before alloc")
+            notes.append(Note.MERGE_BEFORE_ALLOC_EXTEND if self.page_size > 1 else Note.MERGE_BEFORE_ALLOC)
         if self._counter(self.cache, "num_evicted") > evicted_before:
-            notes.append("extend evicted from the tree")
+            notes.append(Note.EXTEND_EVICTED)
         record.notes = tuple(notes) + self._row_reuse_notes(batch, record.rows)
         self._freed_chunk_row = (None, None)
         for rid, seq in zip(batch, record.seq_lens):
             self.slotted[rid] = seq
         return record
 
-    def _row_reuse_notes(self, batch: list[str], rows: tuple[int, ...]) -> tuple[str, ...]:
+    def _row_reuse_notes(self, batch: list[str], rows: tuple[int, ...]) -> tuple[Note, ...]:
         """The chunked request's row, freed just before this batch, taken again in it."""
         freed, owner = self._freed_chunk_row
         if freed is None or freed not in rows:
             return ()
         taker = batch[rows.index(freed)]
-        return ("row reuse",) + (("row reuse by another request",) if taker != owner else ())
+        return (Note.ROW_REUSE,) + ((Note.ROW_REUSE_BY_ANOTHER,) if taker != owner else ())
 
-    def _halt(self, record: StageRecord, outcome: str, exc: Exception, free_rows_before: list[int]) -> StageRecord:
-        record.outcome = outcome
-        record.error = f"{type(exc).__name__}: {exc}"
+    def _halt(self, record: StageRecord, exc: Exception, free_rows_before: list[int]) -> StageRecord:
+        self._fail(record, exc)
         # Rows the failed batch took (legacy also wrote its prefixes into them: SPEC section 4).
         taken = [row for row in free_rows_before if row not in self.pool.free_slots]
         record.rows = tuple(taken)
         record.write_region = tuple((row, 0, len(p)) for row, p in zip(taken, record.prefix_values))
-        self.halted = record.error
         return record
 
     def _process_prefill(self, step_index: int, batch: list[str]) -> StageRecord | None:
@@ -404,10 +352,10 @@ class Scheduler:
     def _decode_step(self, step_index: int, step: Decode) -> Iterator[StageRecord]:
         if self.chunked is not None:
             # (must) No decode while a chunked request is pending: SGLang runs its next chunk.
-            yield from self._extend(step_index, Extend(()), notes=("decode replaced by the pending chunk",))
+            yield from self._extend(step_index, Extend(()), notes=(Note.DECODE_REPLACED_BY_CHUNK,))
             return
         if not self.running:
-            yield StageRecord(step_index, "skip", notes=("empty decode",))
+            yield StageRecord(step_index, "skip", notes=(Note.EMPTY_DECODE,))
             return
         retracted = self._retract_for_decode(step_index)
         if retracted is not None:
@@ -447,7 +395,7 @@ class Scheduler:
             "decode_retract",
             rids=tuple(rids[i] for i in gone),
             rows=tuple(rows[i] for i in gone),
-            notes=("decode retract under memory pressure",),
+            notes=(Note.DECODE_RETRACT,),
         )
 
     def _back_to_waiting(self, rid: str) -> None:
@@ -465,13 +413,12 @@ class Scheduler:
         try:
             out = self.world.batch(reqs).prepare_for_decode()
         except Exception as exc:
-            record.outcome = self._outcome(exc)
-            record.error = f"{type(exc).__name__}: {exc}"
-            self.halted = record.error
+            self._fail(record, exc)
             return record
         if self._counter(self.allocator, "num_merges") > merges_before:
-            record.notes = ("merge before alloc_decode" if self.page_size > 1 else "merge before alloc",)
+            record.notes = (Note.MERGE_BEFORE_ALLOC_DECODE if self.page_size > 1 else Note.MERGE_BEFORE_ALLOC,)
         record.out_cache_loc = tuple(out.tolist())
+        record.out_cache_loc_dtype = dtype_name(out)
         record.write_region = tuple((row, pos, pos + 1) for row, pos in zip(record.rows, positions))
         for rid in self.running:
             self.slotted[rid] += 1
@@ -491,9 +438,9 @@ class Scheduler:
         self.allocator.free_group_end()
         if not finishing:
             return None
-        notes: tuple[str, ...] = ()
+        notes: tuple[Note, ...] = ()
         if len(finishing) >= 2 and self.page_size > 1:
-            notes = ("paged finishes in one free group",)
+            notes = (Note.PAGED_FINISHES_IN_ONE_GROUP,)
         return StageRecord(
             step_index,
             "decode_finish",
@@ -508,7 +455,7 @@ class Scheduler:
         """Retract one running request at any time (a widening of SGLang's retract under memory
         pressure: the same ``release_req``)."""
         if self.status[rid] != "running":
-            return StageRecord(step_index, "skip", rids=(rid,), notes=("retract of a request not running",))
+            return StageRecord(step_index, "skip", rids=(rid,), notes=(Note.RETRACT_NOT_RUNNING,))
         rids = list(self.running)
         row = self.reqs[rid].req_pool_idx
         self.world.batch([self.reqs[r] for r in rids]).release_req(rids.index(rid), len(rids) - 1)
@@ -517,25 +464,32 @@ class Scheduler:
 
     def _evict(self, step_index: int, num_tokens: int) -> StageRecord:
         if self.scenario.cache_kind != "radix":
-            return StageRecord(step_index, "skip", notes=("evict without a radix cache",))
+            return StageRecord(step_index, "skip", notes=(Note.EVICT_WITHOUT_RADIX,))
         self.world.evict(num_tokens)
         return StageRecord(step_index, "evict")
 
     # ---- what each request holds (for the conservation oracle) ------------------------------------
-    def held_slots(self, rid: str) -> list[int]:
+    def held_slots(self, rid: str, table: torch.Tensor | None = None, prefix: list[int] | None = None) -> list[int]:
         """The KV slots the request owns, the tree's excluded: the slotted columns of its row from
         ``last_matched_prefix_len`` on (before that, the tree supplies them; after
         ``cache_unfinished_req`` the row may keep stale cells there, SPEC 1 step 2). A chunked
         request whose row was freed owns its prefix from that length on (its unaligned tail, or
-        everything with the chunk cache)."""
+        everything with the chunk cache). A snapshot passes its host copy of the table and the
+        prefix's values it already read, so that nothing is read back from the device again."""
         req, status = self.reqs[rid], self.status[rid]
         if status in ("waiting", "finished"):
             return []
         start = req.last_matched_prefix_len
         if req.req_pool_idx is None or (status == "chunked" and not self.chunked_has_row):
-            return _values(req.prefix_indices)[start:]
+            return (_values(req.prefix_indices) if prefix is None else list(prefix))[start:]
         slotted = self.slotted[rid]
-        return self.pool.req_to_token[req.req_pool_idx, start:slotted].tolist() if slotted > start else []
+        table = self.pool.req_to_token if table is None else table
+        return table[req.req_pool_idx, start:slotted].tolist() if slotted > start else []
+
+
+def dtype_name(tensor: torch.Tensor) -> str:
+    """A tensor's dtype as golden files write it, without its module: "int64"."""
+    return str(tensor.dtype).removeprefix("torch.")
 
 
 def _values(prefix: Any) -> list[int]:

@@ -10,7 +10,8 @@ from typing import Any
 
 import torch
 
-from parity.scheduler import Scheduler, StageRecord
+from kernels import runtime
+from parity.scheduler import Scheduler, StageRecord, dtype_name
 
 REQUEST_FIELDS = (
     "status",
@@ -94,9 +95,15 @@ def _alias_row(prefix: Any, table: torch.Tensor) -> int | None:
     return (prefix.data_ptr() - table.data_ptr()) // (table.stride(0) * table.element_size())
 
 
-def _prefix_kind(prefix: Any, alias_row: int | None) -> str:
+def prefix_kind(prefix: Any, alias_row: int | None, *, golden: bool = False) -> str:
+    """What a request's prefix is: "list", "torch.int64 cpu tensor", "torch.int32 view of row 3".
+    A golden file's wording (``golden=True``) leaves the device out, so that one file holds on CPU
+    and GPU, and says when a tensor is not contiguous: "int64 tensor", "int32 view of row 3"."""
     if not isinstance(prefix, torch.Tensor):
         return type(prefix).__name__
+    if golden:
+        kind = f"{dtype_name(prefix)} view of row {alias_row}" if alias_row is not None else f"{dtype_name(prefix)} tensor"
+        return kind if prefix.is_contiguous() else kind + " (not contiguous)"
     if alias_row is not None:
         return f"{prefix.dtype} view of row {alias_row}"
     return _tensor_kind(prefix.dtype, prefix.device.type)
@@ -110,12 +117,13 @@ def _tensor_kind(dtype: torch.dtype, device_type: str) -> str:
 
 # Tensors whose ``tolist`` already gives Python ints (a float or bool prefix, a bug, still goes
 # through ``int`` as every list prefix does).
-_INT_DTYPES = frozenset((torch.int8, torch.uint8, torch.int16, torch.int32, torch.int64))
+_INT_DTYPES = runtime.INT_DTYPES
 
 
-def _prefix_values(prefix: Any) -> tuple[int, ...]:
+def _prefix_values(prefix: Any, values: list[Any] | None) -> tuple[int, ...]:
+    """The prefix's values as ints; ``values`` is a tensor prefix's ``tolist``, read already."""
     if isinstance(prefix, torch.Tensor):
-        values = prefix.tolist()
+        values = values or []
         return tuple(values) if prefix.dtype in _INT_DTYPES else tuple(map(int, values))
     return tuple(map(int, prefix))
 
@@ -132,11 +140,12 @@ def _view(**fields: Any) -> RequestView:
     return view
 
 
-def _request_view(scheduler: Scheduler, rid: str) -> RequestView:
+def _request_view(scheduler: Scheduler, rid: str, host_table: torch.Tensor, read: list[Any] | None) -> RequestView:
+    """``read``: the request's tensor prefix as a list (None for a list prefix)."""
     req = scheduler.reqs[rid]
-    table = scheduler.pool.req_to_token
     prefix = req.prefix_indices
-    alias = _alias_row(prefix, table)
+    alias = _alias_row(prefix, scheduler.pool.req_to_token)
+    prefix_values = _prefix_values(prefix, read)
     return _view(
         status=scheduler.status[rid],
         fill_ids=tuple(req.fill_ids),
@@ -147,10 +156,10 @@ def _request_view(scheduler: Scheduler, rid: str) -> RequestView:
         extend_logprob_start_len=req.extend_logprob_start_len,
         last_matched_prefix_len=req.last_matched_prefix_len,
         output_len=len(req.output_ids),
-        prefix_values=_prefix_values(prefix),
-        prefix_kind=_prefix_kind(prefix, alias),
+        prefix_values=prefix_values,
+        prefix_kind=prefix_kind(prefix, alias),
         alias_row=alias,
-        held=tuple(scheduler.held_slots(rid)),
+        held=tuple(scheduler.held_slots(rid, host_table, list(prefix_values))),
         slotted=scheduler.slotted[rid],
     )
 
@@ -165,20 +174,28 @@ def _host_copy(tensor: torch.Tensor) -> torch.Tensor:
     return tensor.to("cpu", copy=True)
 
 
+def _tensor_prefixes_read(scheduler: Scheduler) -> dict[str, list[Any]]:
+    """Every request's tensor prefix as a list, read back from the device together."""
+    tensors = {rid: req.prefix_indices for rid, req in scheduler.reqs.items() if isinstance(req.prefix_indices, torch.Tensor)}
+    return dict(zip(tensors, runtime.host_lists(list(tensors.values()))))
+
+
 def take_snapshot(scheduler: Scheduler, record: StageRecord) -> Snapshot:
     world = scheduler.world
     allocator = world.allocator
     radix = scheduler.scenario.cache_kind == "radix"
+    table = _host_copy(scheduler.pool.req_to_token)
+    read = _tensor_prefixes_read(scheduler)
     return Snapshot(
         record=record,
-        req_to_token=_host_copy(scheduler.pool.req_to_token),
+        req_to_token=table,
         free_pages=_host_copy(allocator.free_pages),
         release_pages=_host_copy(world.release_pages()),
         available_size=int(allocator.available_size()),
         free_rows=tuple(int(r) for r in scheduler.pool.free_slots),
         tree=tuple(tuple(e) for e in world.tree_contents()) if radix else (),
         tree_slots=tuple(world.all_tree_slots()) if radix else (),
-        requests={rid: _request_view(scheduler, rid) for rid in scheduler.reqs},
+        requests={rid: _request_view(scheduler, rid, table, read.get(rid)) for rid in scheduler.reqs},
     )
 
 
@@ -195,15 +212,10 @@ def _tensor_from_plain(d: dict[str, Any]) -> torch.Tensor:
     return torch.tensor(d["values"], dtype=getattr(torch, d["dtype"])).reshape(d["shape"])
 
 
-def _tuples(value: Any) -> Any:
-    return tuple(_tuples(v) for v in value) if isinstance(value, list) else value
-
-
 def snapshot_to_plain(snap: Snapshot) -> dict[str, Any]:
     """Everything in ``snap`` as ints, strings, lists and dicts (tensors keep their dtype)."""
-    record = {f.name: getattr(snap.record, f.name) for f in dataclasses.fields(StageRecord)}
     return {
-        "record": record,
+        "record": snap.record.to_plain(),
         **{name: _tensor_to_plain(getattr(snap, name)) for name in _TENSORS},
         "available_size": snap.available_size,
         "free_rows": list(snap.free_rows),
@@ -219,8 +231,7 @@ def _view_fields(view: dict[str, Any]) -> dict[str, Any]:
 
 def snapshot_from_plain(data: dict[str, Any]) -> Snapshot:
     """The inverse of ``snapshot_to_plain``."""
-    raw = dict(data["record"])
-    record = StageRecord(**{k: (_tuples(v) if isinstance(v, list) else v) for k, v in raw.items()})
+    record = StageRecord.from_plain(data["record"])
     requests = {
         rid: RequestView(**_view_fields(view))
         for rid, view in data["requests"].items()

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 from hypothesis import strategies as st
 
+from parity.profiles import PAGE_SIZES_CI, PAGE_SIZES_NIGHTLY
 from parity.scenario import Decode, Evict, Extend, RequestSpec, Retract, Scenario
 from parity.world import Geometry
 
@@ -29,8 +30,8 @@ class Shape:
     max_steps: int
 
 
-CI_SHAPE = Shape(page_sizes=(1, 2, 4, 16), max_requests=16, max_prompt=40, long_prompt=(513, 600), max_steps=10)
-NIGHTLY_SHAPE = Shape(page_sizes=(1, 2, 4, 16, 64), max_requests=256, max_prompt=96, long_prompt=(513, 1100), max_steps=24)
+CI_SHAPE = Shape(page_sizes=PAGE_SIZES_CI, max_requests=16, max_prompt=40, long_prompt=(513, 600), max_steps=10)
+NIGHTLY_SHAPE = Shape(page_sizes=PAGE_SIZES_NIGHTLY, max_requests=256, max_prompt=96, long_prompt=(513, 1100), max_steps=24)
 
 
 def current_shape() -> Shape:

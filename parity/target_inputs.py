@@ -2,9 +2,11 @@
 
 A ``KernelBatch`` is plain data (ints and tuples, JSON-friendly), so it can cross into the
 sandbox's child process and be printed as a counterexample. ``materialise`` turns it into the
-tensors a candidate gets, every one of them INSIDE a larger buffer whose margins hold ``GUARD``:
-the Triton interpreter does no bounds checking, so a candidate writing a row, a column or an
-element out of bounds lands in a margin, and ``compare_effect`` finds it there.
+tensors a candidate gets, every one of them INSIDE a larger buffer whose margins hold ``GUARD``
+(``parity.guarded``): the Triton interpreter does no bounds checking, so a candidate writing a
+row, a column or an element out of bounds lands in a margin, and ``compare_effect`` finds it
+there. What differs between targets is declared in their records (``parity.targets``); nothing
+here branches on a target's name.
 
 Every batch meets SPEC section 8 (int64 1-D lengths of length ``bs`` on the device, contiguous
 int64 prefixes with ``numel == prefix_len``, ``0 <= row < rows``, ``prefix_len <= seq_len <= width``,
@@ -28,20 +30,19 @@ from typing import Any
 import torch
 from hypothesis import strategies as st
 
+from parity.contract import length_findings
+from parity.differ import cell_text
+from parity.guarded import GUARD, Guarded, Materialised, where
 from parity.poison import POISON
+from parity.profiles import KERNEL_PAGE_SIZES
+from parity.targets import FILLER_BASE, TARGETS, Target, lookup
 
-TARGETS: tuple[str, ...] = ("write_cache_indices", "get_last_loc", "alloc_extend")
-
-GUARD = -31337  # margin sentinel; distinct from POISON and from every slot (slots are >= 1)
-MARGIN = 64  # guard elements on each side of a 1-D buffer
-TABLE_GUARD_ROWS = 2  # whole guard rows before and after the table (plus MARGIN elements)
-FILLER_BASE = 1_000_000  # get_last_loc: cells outside a prefix hold FILLER_BASE + flat index
 FILLER_NOTE = ("note: req_to_token cells outside any request's prefix hold 1,000,000 + their flat index "
                "(row * width + col), so a read from the wrong cell names the cell it read")
 INT32_MAX = 2**31 - 1  # req_to_token is int32: every slot, however it is passed, must fit
-WRITE_BLOCK = 512  # the write kernels copy a row in blocks of 512 columns
-LAST_LOC_BLOCK = 256  # get_last_loc's Triton kernel takes requests in blocks of 256
-PAGE_SIZES = tuple(2**k for k in range(9))  # alloc_extend: 1, 2, 4, ..., 256
+PAGE_SIZES = KERNEL_PAGE_SIZES  # alloc_extend: 1, 2, 4, ..., 256
+# What a wrong cell holds, when it holds a sentinel: never written, or read out of bounds.
+_CELL_NOTES = {POISON: "POISON: never written", GUARD: "GUARD value: read out of bounds"}
 
 
 @dataclass(frozen=True)
@@ -107,6 +108,11 @@ class KernelBatch:
     free_pages: tuple[int, ...] = ()
 
     @property
+    def spec(self) -> Target:
+        """The target's record (``parity.targets``)."""
+        return lookup(self.target)
+
+    @property
     def bs(self) -> int:
         return len(self.rows)
 
@@ -138,7 +144,7 @@ class KernelBatch:
     def new_slots(self) -> list[int]:
         """The slots this batch's new tokens get: ``out_cache_loc``, or for alloc_extend what SPEC
         section 1 allocates (worked out here position by position, for coverage and shrinking)."""
-        if self.target != "alloc_extend":
+        if self.spec.new_slots != "allocated":
             return list(self.out_cache_loc)
         ps, slots, first = self.page_size, [], 0
         for pre, seq, last, pages in zip(self.prefix_lens, self.seq_lens, self.last_loc, self.new_pages()):
@@ -171,10 +177,10 @@ class KernelBatch:
         shown = None
         if self.bs > limit:
             shown = set(range(4)) | set(range(self.bs - 4, self.bs)) | set((requests or [])[:limit])
-        paged = self.target == "alloc_extend"  # no table: its rows play no part
+        no_table = self.spec.table is None  # its rows play no part
         lines = [
             f"target {self.target}: bs={self.bs}, "
-            + (f"page_size={self.page_size}" if paged else f"req_to_token [{self.pool_rows}, {self.width}]")
+            + (f"page_size={self.page_size}" if no_table else f"req_to_token [{self.pool_rows}, {self.width}]")
             + f", largest slot {self.largest_slot}"
         ]
         for i, (row, prefix, seq) in enumerate(zip(self.rows, self.prefixes, self.seq_lens)):
@@ -183,12 +189,12 @@ class KernelBatch:
                     lines.append("  ...")
                 continue
             lines.append(
-                f"  request {i}: " + ("" if paged else f"row {row}, ") + f"prefix_len {len(prefix)}, seq_len {seq}, "
+                f"  request {i}: " + ("" if no_table else f"row {row}, ") + f"prefix_len {len(prefix)}, seq_len {seq}, "
                 f"extend_len {seq - len(prefix)}, prefix {_abbrev(prefix)}"
             )
-        if self.target == "write_cache_indices":
+        if self.spec.new_slots == "given":
             lines.append(f"  out_cache_loc ({len(self.out_cache_loc)}): {_abbrev(self.out_cache_loc)}")
-        if self.target == "alloc_extend":
+        if self.spec.new_slots == "allocated":
             lines.append(f"  last_loc {self.last_loc}; free_pages ({len(self.free_pages)}): {_abbrev(self.free_pages)}")
         return "\n".join(lines)
 
@@ -202,21 +208,25 @@ def _abbrev(values: tuple[int, ...], keep: int = 6) -> str:
 
 
 def contract_violations(batch: KernelBatch) -> list[str]:
-    """SPEC section 8 for a batch (plus distinct slots that fit the int32 table, and enough free
-    pages for alloc_extend); empty when the batch is valid."""
+    """SPEC section 8 for a batch (``parity.contract.length_findings``, the check the tensor
+    inputs get too), plus distinct slots that fit the int32 table, and enough free pages for an
+    allocating target; empty when the batch is valid."""
     problems = []
     if batch.bs < 1 or not len(batch.prefixes) == len(batch.seq_lens) == batch.bs:
         return [f"a batch needs at least one request and one prefix and seq_len each (bs={batch.bs})"]
-    if batch.target == "alloc_extend" and sum(batch.new_pages()) > len(batch.free_pages):
+    spec = batch.spec
+    if spec.new_slots == "allocated" and sum(batch.new_pages()) > len(batch.free_pages):
         return [f"{sum(batch.new_pages())} new pages needed, {len(batch.free_pages)} free"]
-    if len(set(batch.rows)) != batch.bs or not all(0 <= r < batch.pool_rows for r in batch.rows):
+    given = len(batch.out_cache_loc) if spec.new_slots == "given" else None
+    found = length_findings(list(batch.rows), batch.prefix_lens, list(batch.seq_lens), batch.pool_rows, batch.width,
+                            given, batch.extend_num_tokens)
+    if not found.rows_ok:
         problems.append(f"rows {batch.rows} are not distinct rows of [0, {batch.pool_rows})")
-    for i, (pre, seq) in enumerate(zip(batch.prefix_lens, batch.seq_lens)):
-        if not 0 <= pre <= seq <= batch.width:
-            problems.append(f"request {i}: not 0 <= prefix_len {pre} <= seq_len {seq} <= width {batch.width}")
-    if batch.target == "write_cache_indices" and len(batch.out_cache_loc) != batch.extend_num_tokens:
-        problems.append(
-            f"out_cache_loc has {len(batch.out_cache_loc)} slots, extend lens sum to {batch.extend_num_tokens}")
+    for i in found.misordered:
+        problems.append(f"request {i}: not 0 <= prefix_len {batch.prefix_lens[i]} <= seq_len {batch.seq_lens[i]} "
+                        f"<= width {batch.width}")
+    if found.slot_count is not None:
+        problems.append(f"out_cache_loc has {found.slot_count[0]} slots, extend lens sum to {found.slot_count[1]}")
     slots = [s for p in batch.prefixes for s in p] + list(batch.out_cache_loc)
     if len(set(slots)) != len(slots) or any(s < 1 for s in slots):
         problems.append("slots are not distinct and >= 1")
@@ -237,11 +247,11 @@ def without_requests(batch: KernelBatch, drop: set[int] | range) -> KernelBatch:
     out: list[int] = []
     start = 0
     for i, ext in enumerate(batch.extend_lens):
-        if i not in drop and batch.target == "write_cache_indices":
+        if i not in drop and batch.spec.new_slots == "given":
             out.extend(batch.out_cache_loc[start : start + ext])
         start += ext
     free = list(batch.free_pages)
-    if batch.target == "alloc_extend":
+    if batch.spec.new_slots == "allocated":
         free, first = [], 0
         for i, pages in enumerate(batch.new_pages()):
             if i not in drop:
@@ -254,9 +264,9 @@ def without_requests(batch: KernelBatch, drop: set[int] | range) -> KernelBatch:
 
 def without_prefix_elements(batch: KernelBatch, request: int, drop: set[int] | range) -> KernelBatch | None:
     """``batch`` with elements ``drop`` (positions) removed from request ``request``'s prefix and
-    its seq_len shortened to match (its new tokens stay). None for alloc_extend, whose prefix is
-    positions in pages (removing one would move the request's page boundaries)."""
-    if batch.target == "alloc_extend":
+    its seq_len shortened to match (its new tokens stay). None for an allocating target, whose
+    prefix is positions in pages (removing one would move the request's page boundaries)."""
+    if batch.spec.paged:
         return None
     drop = set(drop)
     prefix = tuple(s for j, s in enumerate(batch.prefixes[request]) if j not in drop)
@@ -391,18 +401,22 @@ def kernel_batches(draw: st.DrawFn, target: str, shape: KernelShape | None = Non
     """A batch for ``target`` meeting SPEC section 8, sized by ``shape`` (by default the current
     Hypothesis profile's, ``kernel_shape()``) and ``size``: "any" (small and medium batches, and
     now and then a wide one), "narrow" (no wide ones) or a (low, high) range of wide batch sizes
-    (``parity.checker`` plays each of ``shape.wide`` a fixed number of times)."""
+    (``parity.checker`` plays each of ``shape.wide`` a fixed number of times). What the batch
+    holds besides requests follows ``target``'s record: page sizes and free pages for an
+    allocating target, ``out_cache_loc`` for one given its slots, slots clear of the filler for
+    one that reads the table."""
     if target not in TARGETS:
         raise ValueError(f"kernel_batches: target {target!r} is not one of {TARGETS}")
+    spec = lookup(target)
     shape = shape or kernel_shape()
-    page_size = draw(st.sampled_from(shape.page_sizes)) if target == "alloc_extend" else 1
+    page_size = draw(st.sampled_from(shape.page_sizes)) if spec.paged else 1
     rows, prefix_lens, seq_lens, pool_rows, width = draw(_shape(shape, page_size, size))
     prefix_pages = [_pages_for(p, page_size) for p in prefix_lens]
     new_pages = sum(_pages_for(s, page_size) for s in seq_lens) - sum(prefix_pages)
     spare = draw(st.integers(0, 3))
     pages = _scatter(sum(prefix_pages) + new_pages + spare, draw(st.integers(0, 10**6)), draw(st.integers(0, 10**6)))
     span = _next_prime(len(pages) + 1)  # _scatter's ids lie in 1 .. span
-    filler = (FILLER_BASE, FILLER_BASE + pool_rows * width) if target == "get_last_loc" else (0, 0)
+    filler = (FILLER_BASE, FILLER_BASE + pool_rows * width) if spec.table == "input" else (0, 0)
     base = draw(_page_base(span, page_size, filler))
     pages = [base + p for p in pages]
     prefixes, used = [], 0
@@ -413,9 +427,9 @@ def kernel_batches(draw: st.DrawFn, target: str, shape: KernelShape | None = Non
     rest = pages[used:]
     out_cache_loc: tuple[int, ...] = ()
     free_pages: tuple[int, ...] = ()
-    if target == "write_cache_indices":
+    if spec.new_slots == "given":
         out_cache_loc = tuple(rest[: sum(s - p for s, p in zip(seq_lens, prefix_lens))])
-    elif target == "alloc_extend":
+    elif spec.new_slots == "allocated":
         free_pages = tuple(rest)
     return KernelBatch(target, tuple(rows), tuple(prefixes), tuple(seq_lens), pool_rows, width,
                        page_size, out_cache_loc, free_pages)
@@ -425,133 +439,19 @@ def _pages_for(count: int, page_size: int) -> int:
     return -(-count // page_size)
 
 
-# --------------------------------------------------------------------------- guarded tensors
-
-
-@dataclass
-class Guarded:
-    """A view handed to a candidate, inside ``buffer`` whose first ``lo`` and elements from ``hi``
-    on are guard. ``role`` is "input" (must not change) or "output" (compared with the reference).
-    ``width`` > 0 marks a 2-D table view (row-major inside the flat buffer)."""
-
-    name: str
-    buffer: torch.Tensor
-    view: torch.Tensor
-    lo: int
-    hi: int
-    role: str
-    width: int = 0
-
-
-def guarded_vector(name: str, values: list[int], device: torch.device, role: str = "input",
-                   fill: int | None = None, length: int | None = None) -> Guarded:
-    """``int64`` 1-D view of ``values`` (or ``length`` cells of ``fill``), MARGIN guard each side."""
-    n = len(values) if fill is None else int(length or 0)
-    buffer = torch.full((n + 2 * MARGIN,), GUARD, dtype=torch.int64, device=device)
-    if fill is None:
-        buffer[MARGIN : MARGIN + n] = torch.tensor(values, dtype=torch.int64)
-    else:
-        buffer[MARGIN : MARGIN + n] = fill
-    return Guarded(name, buffer, buffer[MARGIN : MARGIN + n], MARGIN, MARGIN + n, role)
-
-
-def guarded_table(batch: KernelBatch, device: torch.device, contents: list[int], role: str) -> Guarded:
-    """Contiguous ``int32 [pool_rows, width]`` view; TABLE_GUARD_ROWS rows + MARGIN of guard around."""
-    margin = TABLE_GUARD_ROWS * batch.width + MARGIN
-    n = batch.pool_rows * batch.width
-    buffer = torch.full((n + 2 * margin,), GUARD, dtype=torch.int32, device=device)
-    buffer[margin : margin + n] = torch.tensor(contents, dtype=torch.int32)
-    view = buffer[margin : margin + n].view(batch.pool_rows, batch.width)
-    return Guarded("req_to_token", buffer, view, margin, margin + n, role, batch.width)
-
-
-def initial_table(batch: KernelBatch) -> list[int]:
-    """write_cache_indices: POISON everywhere (a cell nobody should write stays POISON).
-    get_last_loc: each row holds its prefix in ``[0, prefix_len)`` and distinct filler elsewhere,
-    so reading a wrong column or row gives a wrong value."""
-    n = batch.pool_rows * batch.width
-    if batch.target == "write_cache_indices":
-        return [POISON] * n
-    cells = [FILLER_BASE + k for k in range(n)]
-    for row, prefix in zip(batch.rows, batch.prefixes):
-        cells[row * batch.width : row * batch.width + len(prefix)] = prefix
-    return cells
-
-
-class GuardedPool:
-    """The ``req_to_token_pool`` a write_cache_indices candidate gets (SPEC section 9)."""
-
-    def __init__(self, req_to_token: torch.Tensor) -> None:
-        self.req_to_token = req_to_token
-        self.device = req_to_token.device
-
-    def write(self, index: Any, values: Any) -> None:
-        if isinstance(values, torch.Tensor):
-            values = values.to(device=self.device, dtype=torch.int32)
-        self.req_to_token[index] = values
-
-
-@dataclass
-class Materialised:
-    """The guarded tensors of one batch, and the arguments a candidate is called with."""
-
-    batch: KernelBatch
-    guarded: list[Guarded] = field(default_factory=list)
-
-    def add(self, g: Guarded) -> torch.Tensor:
-        self.guarded.append(g)
-        return g.view
-
-    def view(self, name: str) -> torch.Tensor:
-        return next(g.view for g in self.guarded if g.name == name)
-
-    def snapshot(self) -> dict[str, list[int]]:
-        """Every buffer, guard included, as plain lists (what the sandbox child sends back)."""
-        return {g.name: g.buffer.cpu().tolist() for g in self.guarded}
+# --------------------------------------------------------------------------- materialisation
 
 
 def materialise(batch: KernelBatch, device: torch.device) -> Materialised:
-    """Fresh guarded tensors for ``batch``: lengths on ``device`` (``*_cpu`` copies on the CPU)."""
-    m = Materialised(batch)
-    cpu = torch.device("cpu")
-    if batch.target in ("write_cache_indices", "get_last_loc"):
-        role = "output" if batch.target == "write_cache_indices" else "input"
-        m.add(guarded_table(batch, device, initial_table(batch), role))
-    m.add(guarded_vector("req_pool_indices_tensor", list(batch.rows), device))
-    m.add(guarded_vector("prefix_lens_tensor", batch.prefix_lens, device))
-    if batch.target == "get_last_loc":
-        return m
-    m.add(guarded_vector("seq_lens_tensor", list(batch.seq_lens), device))
-    if batch.target == "alloc_extend":
-        m.add(guarded_vector("last_loc", batch.last_loc, device))
-        m.add(guarded_vector("free_pages", list(batch.free_pages), device))
-        m.add(guarded_vector("out_indices", [], device, "output", fill=POISON, length=batch.extend_num_tokens))
-        return m
-    m.add(guarded_vector("extend_lens_tensor", batch.extend_lens, device))
-    for name, values in (("req_pool_indices_cpu", list(batch.rows)), ("prefix_lens_cpu", batch.prefix_lens),
-                         ("seq_lens_cpu", list(batch.seq_lens)), ("extend_lens_cpu", batch.extend_lens)):
-        m.add(guarded_vector(name, values, cpu))
-    m.add(guarded_vector("out_cache_loc", list(batch.out_cache_loc), device))
-    for i, prefix in enumerate(batch.prefixes):
-        m.add(guarded_vector(f"prefix_tensors[{i}]", list(prefix), device))
-    return m
+    """Fresh guarded tensors for ``batch``: lengths on ``device`` (``*_cpu`` copies on the CPU),
+    as its target's record lays them out."""
+    return batch.spec.materialise(batch, device)
 
 
 def candidate_args(m: Materialised) -> tuple[list[Any], dict[str, Any]]:
     """The arguments of SGLang's call (SPEC section 9) for ``m``: all positional, as SGLang
     passes them (the keyword dict stays empty)."""
-    b, v = m.batch, m.view
-    if b.target == "get_last_loc":
-        return [v("req_to_token"), v("req_pool_indices_tensor"), v("prefix_lens_tensor")], {}
-    if b.target == "alloc_extend":
-        from kernels.alloc_extend import next_power_of_2
-
-        tiles = [next_power_of_2(b.bs), b.page_size, next_power_of_2(b.extend_num_tokens)]
-        return [v("prefix_lens_tensor"), v("seq_lens_tensor"), v("last_loc"), v("free_pages"), v("out_indices"), *tiles], {}
-    prefixes = [v(f"prefix_tensors[{i}]") for i in range(b.bs)]
-    names = ["out_cache_loc", "req_pool_indices_tensor", "req_pool_indices_cpu", "prefix_lens_tensor",
-             "prefix_lens_cpu", "seq_lens_tensor", "seq_lens_cpu", "extend_lens_tensor", "extend_lens_cpu"]
-    return [v(n) for n in names] + [prefixes, GuardedPool(v("req_to_token"))], {}
+    return m.batch.spec.arguments(m)
 
 
 # --------------------------------------------------------------------------- reference and judgement
@@ -574,27 +474,10 @@ def describe_return(value: Any) -> dict[str, Any]:
 
 def reference_effect(batch: KernelBatch, device: torch.device) -> Effect:
     """The legacy reference, through this repo's torch twins, on freshly materialised buffers."""
-    from kernels.alloc_extend import alloc_extend
-    from kernels.last_loc import get_last_loc
-    from kernels.legacy_write import write_extend_slots
-
-    m = materialise(batch, device)
-    v = m.view
-    returned = None
-    if batch.target == "write_cache_indices":
-        returned = describe_return(None)  # SGLang's write_cache_indices returns None
-        table = v("req_to_token")
-        for row, prefix in zip(batch.rows, batch.prefixes):  # legacy: prefix first, by torch write
-            table[row, : len(prefix)] = torch.tensor(prefix, dtype=torch.int32)
-        write_extend_slots(table, v("req_pool_indices_tensor"), v("prefix_lens_tensor"), v("seq_lens_tensor"),
-                           v("extend_lens_tensor"), v("out_cache_loc"), backend="torch")
-    elif batch.target == "get_last_loc":
-        returned = describe_return(
-            get_last_loc(v("req_to_token"), v("req_pool_indices_tensor"), v("prefix_lens_tensor"), backend="torch"))
-    else:
-        alloc_extend(v("prefix_lens_tensor"), v("seq_lens_tensor"), v("last_loc"), v("free_pages"), batch.page_size,
-                     batch.extend_num_tokens, backend="torch", out=v("out_indices"))
-    return Effect(m.snapshot(), returned)
+    spec = batch.spec
+    m = spec.materialise(batch, device)
+    value = spec.reference(m)
+    return Effect(m.snapshot(), None if spec.returns == "ignored" else describe_return(value))
 
 
 FAULT_KINDS = ("raised", "exited", "crashed", "timed_out", "guard_damaged", "input_modified", "wrong_return", "wrong_result")
@@ -623,10 +506,11 @@ def involved_requests(batch: KernelBatch, fault: Fault) -> list[int]:
     found: dict[int, None] = {}
     ends = list(itertools.accumulate(batch.extend_lens))
     request_of_row = {row: i for i, row in enumerate(batch.rows)}
+    cells_are = batch.spec.cells_are
     for row, col, _, _ in fault.cells:
-        if batch.target == "write_cache_indices":
+        if cells_are == "rows":
             index = request_of_row.get(row)
-        elif batch.target == "get_last_loc":
+        elif cells_are == "requests":
             index = col
         else:
             index = bisect.bisect_right(ends, col)
@@ -640,17 +524,8 @@ def _guard_hits(g: Guarded, got: list[int]) -> list[str]:
     hits = []
     for k in list(range(g.lo)) + list(range(g.hi, len(got))):
         if got[k] != GUARD:
-            hits.append(f"{g.name}: guard {_where(g, k)} holds {got[k]} (guard value {GUARD})")
+            hits.append(f"{g.name}: guard {where(g, k)} holds {got[k]} (guard value {GUARD})")
     return hits
-
-
-def _where(g: Guarded, k: int) -> str:
-    offset = k - g.lo
-    if g.width:
-        row, col = divmod(offset, g.width)
-        side = "before the table" if offset < 0 else "after the table"
-        return f"at row {row}, col {col} ({side})"
-    return f"at index {offset} ({'before' if offset < 0 else 'after'} the tensor of {g.hi - g.lo})"
 
 
 def _cell_diffs(g: Guarded, got: list[int], want: list[int]) -> list[tuple[int, int, int, int]]:
@@ -680,9 +555,11 @@ def compare_effect(batch: KernelBatch, got: Effect, device: torch.device) -> Fau
     if modified:
         details = [f"{name}: {_cells_text(d, table=name == 'req_to_token')}" for name, d in modified]
         return Fault("input_modified", f"changed its input(s) {[n for n, _ in modified]}", details)
-    # get_last_loc's result IS its return value; write_cache_indices's cells come first (a wrong
-    # table matters more than a stray return value), then its return, which must be None.
-    if want.returned is not None and batch.target != "write_cache_indices":
+    # A result returned (get_last_loc) IS the result; a target that must return None
+    # (write_cache_indices) has its cells compared first (a wrong table matters more than a stray
+    # return value), then its return.
+    returns = batch.spec.returns
+    if want.returned is not None and returns == "result":
         fault = _compare_return(batch, got.returned or {"type": "nothing"}, want.returned)
         if fault:
             return fault
@@ -691,7 +568,7 @@ def compare_effect(batch: KernelBatch, got: Effect, device: torch.device) -> Fau
             diffs = _cell_diffs(g, got.buffers[g.name], want.buffers[g.name])
             if diffs:
                 return _wrong_cells(g.name, diffs, table=bool(g.width))
-    if want.returned is not None and batch.target == "write_cache_indices":
+    if want.returned is not None and returns == "none":
         return _compare_return(batch, got.returned or {"type": "nothing"}, want.returned)
     return None
 
@@ -710,7 +587,7 @@ def _compare_return(batch: KernelBatch, got: dict[str, Any], want: dict[str, Any
     if not diffs:
         return None
     fault = _wrong_cells("returned tensor", diffs, table=False)
-    if batch.target == "get_last_loc":
+    if batch.spec.table == "input":  # it returns cells it read from the table: say which each should be
         if any(_filler_note(batch, got) for _, _, _, got in diffs):
             fault.notes.append(FILLER_NOTE)
         fault.details = [
@@ -735,16 +612,9 @@ def _short(ret: dict[str, Any]) -> str:
 
 def _wrong_cells(name: str, diffs: list[tuple[int, int, int, int]], table: bool) -> Fault:
     return Fault("wrong_result", f"{name}: {len(diffs)} cell(s) differ from the legacy reference",
-                 [_cell_text(d, table) for d in diffs], diffs)
-
-
-def _cell_text(d: tuple[int, int, int, int], table: bool) -> str:
-    row, col, want, got = d
-    where = f"row {row}, col {col}" if table else f"index {col}"
-    note = " (POISON: never written)" if got == POISON else " (GUARD value: read out of bounds)" if got == GUARD else ""
-    return f"{where}: expected {want}, got {got}{note}"
+                 [cell_text(d, table=table, notes=_CELL_NOTES) for d in diffs], diffs)
 
 
 def _cells_text(diffs: list[tuple[int, int, int, int]], table: bool, limit: int = 4) -> str:
-    shown = "; ".join(_cell_text(d, table) for d in diffs[:limit])
+    shown = "; ".join(cell_text(d, table=table, notes=_CELL_NOTES) for d in diffs[:limit])
     return f"{len(diffs)} cell(s) changed: {shown}" + (" ..." if len(diffs) > limit else "")

@@ -11,6 +11,7 @@ import torch
 
 from kernels import runtime
 from mem_cache.allocator import PagedTokenToKVPoolAllocator, TokenToKVPoolAllocator
+from mem_cache.errors import Exhausted, OutOfMemory
 from mem_cache.memory_pool import ReqToTokenPool
 from mem_cache.radix_cache import RadixCache
 from parity.poison import POISON
@@ -46,30 +47,43 @@ class Geometry:
     need_sort: bool = False
 
 
-# Real SGLang worlds (parity.real.lane) register their label here: "sglang-0.5.3" -> "legacy",
-# and the release it is ("0.5.3"), for the known differences between releases.
-REAL_FAMILIES: dict[str, str] = {}
-REAL_RELEASES: dict[str, str] = {}
-
-
-def register_family(label: str, version_family: str, release: str | None = None) -> None:
-    """Say which family a real SGLang world's label behaves as (legacy or refactored)."""
-    if version_family not in VERSIONS:
-        raise ValueError(f"family={version_family!r}: expected one of {VERSIONS}")
-    REAL_FAMILIES[label] = version_family
-    if release is not None:
-        REAL_RELEASES[label] = release
-
-
 def family(version: str) -> str:
-    """The SGLang version a world's version behaves as (what comparisons and goldens key on)."""
+    """The SGLang version a modelled world's version behaves as (what comparisons and goldens key
+    on). A real SGLang world's family is in its ``WorldId``."""
     if version in VERSIONS:
         return version
     if version in EXTRA_VERSIONS:
         return EXTRA_VERSIONS[version]
-    if version in REAL_FAMILIES:
-        return REAL_FAMILIES[version]
     raise ValueError(f"version={version!r}: expected one of {VERSIONS + tuple(EXTRA_VERSIONS)} or a real SGLang world")
+
+
+@dataclass(frozen=True)
+class WorldId:
+    """Which world: its version (``legacy``, ``refactored``, ``refactored-linear``, or a real
+    SGLang world's label such as ``sglang-0.5.3``), its backend, the SGLang version it behaves as
+    (``family``) and, for a real SGLang world, the release it is. ``str()`` is the world's name,
+    ``version/backend``: the name every report, ledger and JSON file shows."""
+
+    version: str
+    backend: str
+    family: str
+    release: str | None = None  # a real SGLang world's release ("0.5.3"); None: modelled
+
+    def __post_init__(self) -> None:
+        if self.family not in VERSIONS:
+            raise ValueError(f"family={self.family!r}: expected one of {VERSIONS}")
+
+    @classmethod
+    def modelled(cls, version: str, backend: str) -> WorldId:
+        """A world of kvparity's own model of SGLang (``build_world``)."""
+        return cls(version, backend, family(version))
+
+    @property
+    def real(self) -> bool:
+        return self.release is not None
+
+    def __str__(self) -> str:
+        return f"{self.version}/{self.backend}"
 
 
 # Imported on first use: a world of one version does not import the others.
@@ -103,8 +117,12 @@ class World:
         return family(self.version)
 
     @property
+    def id(self) -> WorldId:
+        return WorldId.modelled(self.version, self.backend)
+
+    @property
     def name(self) -> str:
-        return f"{self.version}/{self.backend}"
+        return str(self.id)
 
     def new_req(self, rid: str, tokens: list[int], **kwargs: Any) -> Any:
         return self.module.Req(rid, tokens, **kwargs)
@@ -139,9 +157,10 @@ class World:
     # row with its next chunk); from 0.5.9 the request keeps its row (RealWorld says which).
     stash_frees_row = True
 
-    def out_of_memory(self, exc: BaseException) -> bool:
-        """Is ``exc`` this model's out-of-memory error (``mem_cache.common``)?"""
-        return isinstance(exc, RuntimeError) and ("out of KV memory" in str(exc) or "out of request rows" in str(exc))
+    def out_of_memory(self, exc: BaseException) -> Exhausted | None:
+        """What ran out, when ``exc`` is this model's out-of-memory error (``mem_cache.errors``,
+        raised by ``mem_cache.common``), else None."""
+        return exc.exhausted if isinstance(exc, OutOfMemory) else None
 
     def evict(self, num_tokens: int) -> None:
         """Evict ``num_tokens`` from the tree (RealWorld: in the form the release's evict takes)."""

@@ -23,9 +23,11 @@ from typing import Any
 
 import torch
 
+from mem_cache.errors import Exhausted
 from parity.real import RealSGLangError
 from parity.real.versions import VersionEntry
 from parity.snapshot import _alias_row  # one rule for which row a view prefix points into
+from parity.world import WorldId
 
 POISON = -12345  # parity.poison.POISON (kvparity's sentinel for cells nobody wrote)
 BACKENDS = {"triton": "triton", "torch": "torch_native"}  # kvparity backend -> SGLang attention_backend
@@ -298,6 +300,16 @@ class GeometryView:
         )
 
 
+def sglang_out_of_memory(entry: VersionEntry, exc: BaseException) -> Exhausted | None:
+    """The typed form of SGLang's out-of-memory error. SGLang raises a plain ``RuntimeError`` in
+    its own words (the version table's ``oom_messages``); this is the one place that reads them:
+    at the boundary to real SGLang, so that everything after it tests ``Exhausted``, never text."""
+    kind = entry.oom_kind(str(exc)) if isinstance(exc, RuntimeError) else None
+    if kind is None:
+        return None
+    return Exhausted.ROWS if kind == "rows" else Exhausted.KV
+
+
 class RealWorld:
     """One real SGLang world: real pools, allocator and cache of one version on one backend."""
 
@@ -360,8 +372,12 @@ class RealWorld:
     # ------------------------------------------------------------------ kvparity's World interface
 
     @property
+    def id(self) -> WorldId:
+        return WorldId(self.version, self.backend, self.family, self.entry.version)
+
+    @property
     def name(self) -> str:
-        return f"{self.version}/{self.backend}"
+        return str(self.id)
 
     def activate(self) -> None:
         """Set SGLang's process-wide server arguments to this world's (as its ModelRunner does)."""
@@ -456,9 +472,9 @@ class RealWorld:
     def stash_frees_row(self) -> bool:
         return self.entry.stash_frees_row
 
-    def out_of_memory(self, exc: BaseException) -> bool:
-        """Is ``exc`` one of this version's out-of-memory errors (the version table's wording)?"""
-        return isinstance(exc, RuntimeError) and self.entry.oom_kind(str(exc)) is not None
+    def out_of_memory(self, exc: BaseException) -> Exhausted | None:
+        """What ran out, when ``exc`` is one of this version's out-of-memory errors, else None."""
+        return sglang_out_of_memory(self.entry, exc)
 
     def evict(self, num_tokens: int) -> None:
         """``tree_cache.evict``: with a count up to 0.5.8, an EvictParams from 0.5.9."""

@@ -19,7 +19,7 @@ from parity.real.play import STEP_MARK
 from parity.real.worker import RealWorker, RemoteError, WorkerDied, WorkerHung
 from parity.scenario import Scenario, scenario_to_dict
 from parity.snapshot import Snapshot, snapshot_from_plain
-from parity.world import register_family
+from parity.world import WorldId
 
 BACKENDS = ("triton", "torch")
 DEFAULT_TIMEOUT_S = 120.0
@@ -69,8 +69,8 @@ def _where(stderr: str) -> tuple[int | None, str | None]:
 
 class RealLane:
     """Real worlds: ``specs`` are SGLang versions or paths (anything ``install.resolve`` takes)
-    or ``SGLangSource``s, each played on every backend in ``backends``. World names, in order:
-    ``<label>/<backend>``."""
+    or ``SGLangSource``s, each played on every backend in ``backends``. Its worlds (``ids``;
+    ``names``, their names ``<label>/<backend>``), in order: each label on each backend."""
 
     def __init__(self, specs: list[Any], backends: tuple[str, ...] = BACKENDS, *, timeout: float = DEFAULT_TIMEOUT_S):
         unknown = [b for b in backends if b not in BACKENDS]
@@ -79,13 +79,15 @@ class RealLane:
         self.sources = [s if isinstance(s, SGLangSource) else resolve(str(s)) for s in specs]
         self.backends = tuple(backends)
         self.labels = [source_label(s) for s in self.sources]
-        for label, source in zip(self.labels, self.sources):
-            register_family(label, source.entry.family, source.version)
         self.workers = {
             label: RealWorker(source, plugins=("parity.real.play",), call_timeout=timeout)
             for label, source in zip(self.labels, self.sources)
         }
-        self.names = tuple(f"{label}/{b}" for label in self.labels for b in self.backends)
+        self.ids = tuple(
+            WorldId(label, b, source.entry.family, source.version)
+            for label, source in zip(self.labels, self.sources) for b in self.backends
+        )
+        self.names = tuple(str(world) for world in self.ids)
 
     def start(self) -> None:
         for worker in self.workers.values():
@@ -106,19 +108,17 @@ class RealLane:
         """Every real world's snapshots of ``scenario`` (steps before ``stop_before``), or how it failed."""
         data = scenario_to_dict(scenario)
         out: dict[str, list[Snapshot] | RealFailure] = {}
-        for label in self.labels:
-            worker = self.workers[label]
-            for backend in self.backends:
-                name = f"{label}/{backend}"
-                try:
-                    reply = worker.call("play", backend=backend, scenario=data, stop_before=stop_before)
-                except (WorkerDied, WorkerHung) as exc:
-                    step, operation = _where(getattr(exc, "stderr_tail", "") or worker.last_stderr)
-                    kind = "died" if isinstance(exc, WorkerDied) else "hung"
-                    out[name] = RealFailure(name, kind, step, operation, str(exc).splitlines()[0])
-                    continue
-                except RemoteError as exc:
-                    out[name] = RealFailure(name, "error", None, None, f"{exc.type}: {exc.remote_message}")
-                    continue
-                out[name] = [snapshot_from_plain(s) for s in reply["snapshots"]]
+        for world in self.ids:
+            worker, name = self.workers[world.version], str(world)
+            try:
+                reply = worker.call("play", backend=world.backend, scenario=data, stop_before=stop_before)
+            except (WorkerDied, WorkerHung) as exc:
+                step, operation = _where(getattr(exc, "stderr_tail", "") or worker.last_stderr)
+                kind = "died" if isinstance(exc, WorkerDied) else "hung"
+                out[name] = RealFailure(name, kind, step, operation, str(exc).splitlines()[0])
+                continue
+            except RemoteError as exc:
+                out[name] = RealFailure(name, "error", None, None, f"{exc.type}: {exc.remote_message}")
+                continue
+            out[name] = [snapshot_from_plain(s) for s in reply["snapshots"]]
         return out

@@ -76,7 +76,7 @@ def test_outdated_format(tmp_path: Path) -> None:
 
 
 def test_outdated_scenario(tmp_path: Path) -> None:
-    """The file was recorded from another scenario than parity/golden.py defines now."""
+    """The file was recorded from another scenario than parity/golden_scenarios.py defines now."""
     path = _copy(tmp_path)
     data = json.loads(path.read_text())
     data["scenario"]["requests"][1]["tokens"] = [7, 9]

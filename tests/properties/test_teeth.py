@@ -5,15 +5,18 @@ spreads them; the permanent @examples of test_parity.py kill each in seconds."""
 
 from __future__ import annotations
 
+import os
 import subprocess
+import sys
 import tempfile
 from pathlib import Path
 
 import pytest
 
 from parity.cli_mutants import counterexample_line, judge, scenarios_until_failure
-from parity.ledger import read
+from parity.ledger import read as read_ledger
 from parity.mutants import MUTANTS, Edit, Mutant, MutantError, apply_edits, run_properties
+from parity.zoo_results import ENV, RunFailure, failure_of, read
 
 REPORTED = ("kvparity: the worlds disagree", "kvparity: an oracle failed")
 
@@ -21,11 +24,14 @@ REPORTED = ("kvparity: the worlds disagree", "kvparity: an oracle failed")
 @pytest.mark.parametrize("mutant", MUTANTS, ids=[m.name for m in MUTANTS])
 def test_properties_kill_mutant(mutant: Mutant) -> None:
     with tempfile.TemporaryDirectory() as ledger_dir:
-        done = run_properties(mutant, profile="ci", ledger_dir=Path(ledger_dir))
-        entries = read(ledger_dir)
+        result_file = Path(ledger_dir) / "first-failure.json"
+        done = run_properties(mutant, profile="ci", ledger_dir=Path(ledger_dir), result_file=result_file)
+        entries = read_ledger(ledger_dir)
+        failure = read(result_file)
     output = done.stdout + done.stderr
     assert done.returncode == 1, f"{mutant.name} ({mutant.bug_class}) survived:\n{output[-3000:]}"
-    killed, scenarios, _ = judge(done, entries)
+    killed, scenarios, line = judge(done, entries, failure)
+    assert failure is not None and line != "(no report found)", output[-3000:]
     assert killed and scenarios is not None and scenarios <= 20, (
         f"{mutant.name}: killed only after {scenarios} scenarios; give its bug class a permanent @example")
     assert any(m in output for m in REPORTED) or "Error" in output, output[-3000:]
@@ -60,13 +66,41 @@ def test_scenarios_until_failure_counts_through_the_first_failure() -> None:
     assert scenarios_until_failure([{"ok": True}]) is None
 
 
+REPLAY = {"cache_kind": "radix", "geometry": {"page_size": 4}, "requests": [{}], "steps": [{"step": "Extend"}]}
+FAILING_TEST = f"""
+from parity.zoo_results import ScenarioFailed
+
+def test_fails():
+    raise ScenarioFailed("a report the zoo does not read", {{"what": "first difference: step 1 extend ['r0']",
+                                                           "replay": {REPLAY!r}}})
+"""
+
+
 def test_judge_survivor_and_counterexample_line() -> None:
     survived = subprocess.CompletedProcess([], 0, "1 passed", "")
     assert judge(survived, [{"ok": True}]) == (False, None, "survived")
-    report = ("E   kvparity: the worlds disagree\nE   first difference: step 1 extend ['r0']\n"
-              "or: python -m parity.replay '{\"cache_kind\": \"radix\", \"geometry\": {\"page_size\": 4}, "
-              "\"requests\": [{}], \"steps\": [{\"step\": \"Extend\"}]}'\n")
-    line = counterexample_line(report)
-    assert line.startswith("first difference: step 1 extend ['r0']") and "radix cache, page 4" in line
-    killed, scenarios, _ = judge(subprocess.CompletedProcess([], 1, report, ""), [{"ok": True}, {"ok": False}])
+    failure = RunFailure("t", "failed", "ScenarioFailed", "ScenarioFailed: kvparity: the worlds disagree",
+                         "first difference: step 1 extend ['r0']", REPLAY)
+    line = counterexample_line(failure)
+    assert line == "first difference: step 1 extend ['r0'] [radix cache, page 4, 1 reqs, steps extend]"
+    killed, scenarios, _ = judge(subprocess.CompletedProcess([], 1, "", ""), [{"ok": True}, {"ok": False}], failure)
     assert killed and scenarios == 2
+    raised = failure_of("t", "failed", KeyError("r9"))
+    assert (raised.error_type, raised.replay, counterexample_line(raised)) == ("KeyError", None, "KeyError: 'r9'")
+    assert counterexample_line(None) == "(no report found)"
+
+
+def test_the_zoo_reads_the_first_failure_as_data_not_from_the_output(tmp_path: Path) -> None:
+    """A test run under the zoo's plugin hands back its failure as JSON: the record the error
+    carried (not the report it prints), its outcome and its error type."""
+    (tmp_path / "test_fails.py").write_text(FAILING_TEST)
+    result_file = tmp_path / "first-failure.json"
+    root = Path(__file__).resolve().parents[2]
+    env = {**os.environ, ENV: str(result_file), "PYTHONPATH": str(root)}
+    done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "parity.zoo_plugin",
+                           str(tmp_path / "test_fails.py")], cwd=tmp_path, env=env, capture_output=True, text=True)
+    assert done.returncode == 1, done.stdout + done.stderr
+    failure = read(result_file)
+    assert failure is not None and (failure.outcome, failure.error_type) == ("failed", "ScenarioFailed")
+    assert failure.replay == REPLAY
+    assert counterexample_line(failure) == "first difference: step 1 extend ['r0'] [radix cache, page 4, 1 reqs, steps extend]"

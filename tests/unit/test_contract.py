@@ -31,3 +31,23 @@ def test_same_device_ignores_the_default_index_only():
     assert not same_device(torch.device("cpu"), torch.device("meta"))
     if torch.cuda.is_available():
         assert same_device(torch.device("cuda"), torch.device("cuda", torch.cuda.current_device()))
+
+
+def test_length_findings_is_the_one_spec8_check_of_tensors_and_plain_batches():
+    """``length_findings`` by hand: a row outside the table, two requests in one row, two requests
+    breaking 0 <= prefix_len <= seq_len <= width, one slot too few. The plain batch words them its way."""
+    from parity.contract import LengthFindings, length_findings
+    from parity.target_inputs import KernelBatch, contract_violations
+
+    found = length_findings([0, 3, 0], [1, 0, 2], [2, 5, 1], height=2, width=4, slots=3, extend_total=4)
+    assert found == LengthFindings(rows_outside=((1, 3),), shared_rows=((0, (0, 2)),), misordered=(1, 2),
+                                   slot_count=(3, 4))
+    assert not found.rows_ok
+    assert length_findings([1, 0], [0, 4], [4, 4], height=2, width=4, slots=4, extend_total=4) == LengthFindings()
+    batch = KernelBatch("write_cache_indices", rows=(1, 0), prefixes=((), (1, 2, 3)), seq_lens=(5, 2), pool_rows=2,
+                        width=4, out_cache_loc=(4,))
+    assert contract_violations(batch) == [
+        "request 0: not 0 <= prefix_len 0 <= seq_len 5 <= width 4",
+        "request 1: not 0 <= prefix_len 3 <= seq_len 2 <= width 4",
+        "out_cache_loc has 1 slots, extend lens sum to 4",
+    ]

@@ -149,3 +149,10 @@ def test_a_freed_row_is_compared_as_far_as_its_owner_wrote():
     verdict = renumbering_verdict(run(0, [1, 2]), run(1, [1, 2]), 1, exact=False)
     assert verdict.verdict == RENUMBERED, verdict.detail
     assert renumbering_verdict(run(0, [1, 2]), run(1, [1, 3]), 1, exact=False).verdict == DIVERGENT
+
+
+def test_a_divergence_carries_the_kind_of_what_failed_as_data():
+    """The release matrix counts ``what`` (a map, or a request's field), never reading the message."""
+    assert renumbering_verdict(run((1, 2), 3), run((3, 1), 1), 1, exact=False).what == "page map"
+    assert renumbering_verdict(run((1, 2), 3), run((3, 1), 4, fill=(5, 7)), 1, exact=False).what == "fill_ids"
+    assert renumbering_verdict(run((1, 2), 3), run((3, 1), 4), 1, exact=False).what is None
