@@ -37,15 +37,18 @@ _base = os.environ["KVPARITY_TRITON_CACHE_BASE"]
 os.environ["TRITON_CACHE_DIR"] = os.path.join(_base, f"worker-{_worker}")
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from kernels import runtime  # noqa: E402  (decides TRITON_INTERPRET before triton is imported)
+from kvparity.kernels import runtime  # noqa: E402  (decides TRITON_INTERPRET before triton is imported)
 
 # isort: split
 
 import pytest  # noqa: E402
 import torch  # noqa: E402
 
-from parity import ledger, profiles  # noqa: E402
-from parity.classes import NIGHTLY_EXTRA, REQUIRED  # noqa: E402
+from kvparity.model import (
+    ledger,
+    profiles,  # noqa: E402
+)
+from kvparity.model.classes import NIGHTLY_EXTRA, REQUIRED  # noqa: E402
 
 PROFILE = profiles.chosen_profile()
 try:
@@ -78,7 +81,7 @@ def _required() -> tuple[str, ...]:
 
 def _full_property_run(terminalreporter) -> bool:
     passed = [r.nodeid for r in terminalreporter.stats.get("passed", []) if r.nodeid.startswith(PROPERTY_FILE)]
-    from parity.strategies import TEMPLATES
+    from kvparity.model.strategies import TEMPLATES
 
     # A run with KVPARITY_MAX_EXAMPLES is a time-boxed one: report, do not enforce.
     enforced = PROFILE in ("ci", "nightly") and not os.environ.get("KVPARITY_MAX_EXAMPLES")

@@ -24,7 +24,7 @@ def main() -> int:
     import triton
     import triton.language as tl
 
-    from kernels.linear_write import launch_linear_write
+    from kvparity.kernels.linear_write import launch_linear_write
 
     @triton.jit
     def empty(x):

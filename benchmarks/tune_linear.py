@@ -29,7 +29,7 @@ def main() -> int:
         return 0
     import triton
 
-    from kernels.linear_write import write_req_to_token_pool_linear_triton as kernel
+    from kvparity.kernels.linear_write import write_req_to_token_pool_linear_triton as kernel
 
     bandwidth, launch = wk.copy_bandwidth(), wk.empty_kernel_us()
     batches = [(bs, p, e, wk.Batch(bs, p, e)) for bs in (1024, 4096, 8192) for p in wk.PREFIX_LENS for e in wk.EXTEND_LENS]

@@ -149,9 +149,9 @@ class Batch:
     def __init__(self, bs: int, prefix: int, extend: int) -> None:
         import torch
 
-        from kernels.linear_write import pointers_and_starts
-        from kernels.refactored_write import prefix_pointer_table
-        from parity.contract import check_write_inputs
+        from kvparity.kernels.linear_write import pointers_and_starts
+        from kvparity.kernels.refactored_write import prefix_pointer_table
+        from kvparity.model.contract import check_write_inputs
 
         dev = torch.device("cuda", torch.cuda.current_device())
         g = torch.Generator().manual_seed(bs * 7919 + prefix * 31 + extend)
@@ -174,9 +174,9 @@ class Batch:
 
 
 def kernel_timings(b: Batch, runs: int) -> tuple[float, float, float]:
-    from kernels.legacy_write import write_req_to_token_pool_triton
-    from kernels.linear_write import launch_linear_write
-    from kernels.refactored_write import write_req_to_token_pool_with_prefix_triton
+    from kvparity.kernels.legacy_write import write_req_to_token_pool_triton
+    from kvparity.kernels.linear_write import launch_linear_write
+    from kvparity.kernels.refactored_write import write_req_to_token_pool_with_prefix_triton
 
     bs, stride = b.rows.numel(), b.table.stride(0)
     legacy = median_device_us(lambda: write_req_to_token_pool_triton[(bs,)](
@@ -191,9 +191,9 @@ def kernel_timings(b: Batch, runs: int) -> tuple[float, float, float]:
 def path_timings(b: Batch, runs: int) -> tuple[float, float, float]:
     import torch
 
-    from kernels.legacy_write import write_extend_slots
-    from kernels.linear_write import write_prefix_and_extend_slots_linear
-    from kernels.refactored_write import write_prefix_and_extend_slots
+    from kvparity.kernels.legacy_write import write_extend_slots
+    from kvparity.kernels.linear_write import write_prefix_and_extend_slots_linear
+    from kvparity.kernels.refactored_write import write_prefix_and_extend_slots
 
     rows_cpu = b.rows.tolist()
 
@@ -284,7 +284,7 @@ def main(argv: list[str] | None = None) -> int:
     if not torch.cuda.is_available() or os.environ.get("KVPARITY_DEVICE") == "cpu":
         print("benchmarks/write_kernels.py: needs a CUDA GPU (compiled Triton); skipped")
         return 0
-    from kernels import runtime
+    from kvparity.kernels import runtime
 
     print(f"kvparity write benchmark: {runtime.describe()}, {torch.cuda.get_device_name()}")
     bandwidth, launch = copy_bandwidth(), empty_kernel_us()

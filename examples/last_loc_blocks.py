@@ -16,7 +16,7 @@ Check it with ``kvparity check --target get_last_loc --candidate examples/last_l
 from __future__ import annotations
 
 try:  # inside kvparity this fixes the Triton mode (interpreter on CPU) before triton is imported
-    from kernels import runtime  # noqa: F401
+    from kvparity.kernels import runtime  # noqa: F401
 except ImportError:  # used elsewhere: the caller decides TRITON_INTERPRET
     pass
 

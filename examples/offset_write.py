@@ -18,7 +18,7 @@ from __future__ import annotations
 from typing import Any, Sequence
 
 try:  # inside kvparity this fixes the Triton mode (interpreter on CPU) before triton is imported
-    from kernels import runtime  # noqa: F401
+    from kvparity.kernels import runtime  # noqa: F401
 except ImportError:  # used elsewhere: the caller decides TRITON_INTERPRET
     pass
 

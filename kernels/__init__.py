@@ -5,16 +5,16 @@ CUDA) before any ``@triton.jit`` decorator runs. Every public function takes ``b
 or "torch") explicitly.
 """
 
-from kernels import runtime  # noqa: F401  (must run before triton is imported)
-from kernels.alloc_extend import alloc_extend, alloc_extend_kernel
-from kernels.last_loc import get_last_loc, get_last_loc_kernel
-from kernels.legacy_write import write_extend_slots, write_req_to_token_pool_triton
-from kernels.refactored_write import (
+from kvparity.kernels import runtime  # noqa: F401  (must run before triton is imported)
+from kvparity.kernels.alloc_extend import alloc_extend, alloc_extend_kernel
+from kvparity.kernels.last_loc import get_last_loc, get_last_loc_kernel
+from kvparity.kernels.legacy_write import write_extend_slots, write_req_to_token_pool_triton
+from kvparity.kernels.refactored_write import (
     prefix_pointer_table,
     write_prefix_and_extend_slots,
     write_req_to_token_pool_with_prefix_triton,
 )
-from kernels.runtime import BACKENDS, DEVICE, INTERPRET
+from kvparity.kernels.runtime import BACKENDS, DEVICE, INTERPRET
 
 __all__ = [
     "BACKENDS",

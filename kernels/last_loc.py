@@ -11,8 +11,8 @@ import torch
 import triton
 import triton.language as tl
 
-from kernels import runtime
-from kernels.launches import launch
+from kvparity.kernels import runtime
+from kvparity.kernels.launches import launch
 
 LAST_LOC_BLOCK = 256
 

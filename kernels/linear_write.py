@@ -24,9 +24,9 @@ import torch
 import triton
 import triton.language as tl
 
-from kernels import runtime
-from kernels.launches import launch
-from kernels.refactored_write import write_prefix_and_extend_slots
+from kvparity.kernels import runtime
+from kvparity.kernels.launches import launch
+from kvparity.kernels.refactored_write import write_prefix_and_extend_slots
 
 # Program (g, c) writes requests [g * REQS, (g + 1) * REQS) in columns [c * CHUNK, (c + 1) * CHUNK),
 # as [REQS, COLS] tiles; the host picks the tile from the batch's longest row (``linear_tile``).
@@ -183,7 +183,7 @@ def write_cache_indices(
     backend: str = "triton",
 ) -> None:
     """SGLang's ``write_cache_indices`` signature (SPEC section 9) on the linear kernel, so
-    ``kvparity check --target write_cache_indices --candidate kernels.linear_write:write_cache_indices``
+    ``kvparity check --target write_cache_indices --candidate kvparity.kernels.linear_write:write_cache_indices``
     checks it as a plug-in; the refactored world ``refactored-linear`` uses it with ``backend``."""
     write_prefix_and_extend_slots_linear(
         req_to_token_pool.req_to_token,

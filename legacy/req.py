@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from mem_cache.radix_cache import RadixKey
-from mem_cache.req_state import ReqState
+from kvparity.mem_cache.radix_cache import RadixKey
+from kvparity.mem_cache.req_state import ReqState
 
 
 class Req(ReqState):

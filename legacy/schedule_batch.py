@@ -6,10 +6,10 @@ from __future__ import annotations
 
 import torch
 
-from kernels.last_loc import get_last_loc
-from kernels.legacy_write import write_extend_slots
-from mem_cache.common import alloc_req_slots
-from mem_cache.schedule_batch import ScheduleBatchBase, account_extend, extend_lens_of
+from kvparity.kernels.last_loc import get_last_loc
+from kvparity.kernels.legacy_write import write_extend_slots
+from kvparity.mem_cache.common import alloc_req_slots
+from kvparity.mem_cache.schedule_batch import ScheduleBatchBase, account_extend, extend_lens_of
 
 
 class ScheduleBatch(ScheduleBatchBase):

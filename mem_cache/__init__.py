@@ -1,4 +1,4 @@
 """What the refactor did not change: pools, allocators, radix cache, and the request/batch state
 both versions share."""
 
-from kernels import runtime  # noqa: F401  (fixes the Triton mode before triton is imported)
+from kvparity.kernels import runtime  # noqa: F401  (fixes the Triton mode before triton is imported)

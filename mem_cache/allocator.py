@@ -13,9 +13,9 @@ from __future__ import annotations
 
 import torch
 
-from kernels import runtime
-from kernels.alloc_extend import alloc_extend as alloc_extend_slots
-from kernels.alloc_extend import new_pages_needed, next_power_of_2
+from kvparity.kernels import runtime
+from kvparity.kernels.alloc_extend import alloc_extend as alloc_extend_slots
+from kvparity.kernels.alloc_extend import new_pages_needed, next_power_of_2
 
 
 class TokenToKVPoolAllocator:

@@ -11,7 +11,7 @@ from typing import Any
 
 import torch
 
-from mem_cache.errors import KVOutOfMemory, RowsExhausted
+from kvparity.mem_cache.errors import KVOutOfMemory, RowsExhausted
 
 
 def alloc_req_slots(req_to_token_pool: Any, num_reqs: int) -> list[int]:

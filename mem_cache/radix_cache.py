@@ -24,7 +24,7 @@ from typing import Any, NamedTuple
 
 import torch
 
-from kernels import runtime  # (also fixes the Triton mode before triton is imported)
+from kvparity.kernels import runtime  # (also fixes the Triton mode before triton is imported)
 
 _ChildKey = tuple[str | None, Any]
 

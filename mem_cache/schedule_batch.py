@@ -10,9 +10,9 @@ from typing import Any
 
 import torch
 
-from kernels import runtime
-from mem_cache.chunk_cache import ChunkCacheBase
-from mem_cache.common import (
+from kvparity.kernels import runtime
+from kvparity.mem_cache.chunk_cache import ChunkCacheBase
+from kvparity.mem_cache.common import (
     alloc_for_decode,
     alloc_paged_token_slots_extend,
     alloc_token_slots,

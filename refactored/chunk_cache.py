@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import torch
 
-from mem_cache.chunk_cache import ChunkCacheBase
+from kvparity.mem_cache.chunk_cache import ChunkCacheBase
 
 
 class ChunkCache(ChunkCacheBase):

@@ -7,8 +7,8 @@ from typing import Any
 
 import torch
 
-from mem_cache.radix_cache import RadixKey
-from mem_cache.req_state import ReqState
+from kvparity.mem_cache.radix_cache import RadixKey
+from kvparity.mem_cache.req_state import ReqState
 
 
 class Req(ReqState):

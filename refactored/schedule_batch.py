@@ -10,9 +10,9 @@ from typing import Any
 
 import torch
 
-from kernels.refactored_write import write_prefix_and_extend_slots
-from mem_cache.common import alloc_req_slots
-from mem_cache.schedule_batch import ScheduleBatchBase, account_extend, extend_lens_of
+from kvparity.kernels.refactored_write import write_prefix_and_extend_slots
+from kvparity.mem_cache.common import alloc_req_slots
+from kvparity.mem_cache.schedule_batch import ScheduleBatchBase, account_extend, extend_lens_of
 
 
 def write_cache_indices(

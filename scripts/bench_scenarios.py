@@ -33,17 +33,17 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from kernels import runtime  # noqa: E402  (fixes the Triton mode first)
+from kvparity.kernels import runtime  # noqa: E402  (fixes the Triton mode first)
 
 # isort: split
 from hypothesis import HealthCheck, given, seed, settings  # noqa: E402
 
-from parity import runner  # noqa: E402
-from parity.runner import ALL_WORLDS, run_scenario  # noqa: E402
-from parity.scenario import Scenario  # noqa: E402
-from parity.scheduler import Scheduler  # noqa: E402
-from parity.strategies import CI_SHAPE, NIGHTLY_SHAPE, scenarios  # noqa: E402
-from parity.world import build_world  # noqa: E402
+from kvparity.engine.scheduler import Scheduler  # noqa: E402
+from kvparity.engine.world import build_world  # noqa: E402
+from kvparity.model.scenario import Scenario  # noqa: E402
+from kvparity.model.strategies import CI_SHAPE, NIGHTLY_SHAPE, scenarios  # noqa: E402
+from kvparity.run import runner  # noqa: E402
+from kvparity.run.runner import ALL_WORLDS, run_scenario  # noqa: E402
 
 SHAPES = {"ci": CI_SHAPE, "nightly": NIGHTLY_SHAPE}
 # In-process figures are this process's CPU seconds: they hold on a loaded machine, where wall
@@ -146,7 +146,7 @@ def timed_check(jobs: int, examples: int, random_seed: int, profile: str) -> tup
     """(scenarios, the check's own seconds, wall seconds) of one ``kvparity check`` process."""
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "verdict.json"
-        command = [sys.executable, "-m", "parity", "check", "--examples", str(examples), "--seed", str(random_seed),
+        command = [sys.executable, "-m", "kvparity", "check", "--examples", str(examples), "--seed", str(random_seed),
                    "--profile", profile, "--jobs", str(jobs), "--json", str(out)]
         start = time.perf_counter()
         done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True)

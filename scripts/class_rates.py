@@ -15,14 +15,14 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from kernels import runtime  # noqa: E402,F401  (fixes the Triton mode first)
+from kvparity.kernels import runtime  # noqa: E402,F401  (fixes the Triton mode first)
 
 # isort: split
 from hypothesis import HealthCheck, given, settings  # noqa: E402
 
-from parity.classes import REQUIRED  # noqa: E402
-from parity.runner import run_scenario  # noqa: E402
-from parity.strategies import CI_SHAPE, TEMPLATES, scenarios  # noqa: E402
+from kvparity.model.classes import REQUIRED  # noqa: E402
+from kvparity.model.strategies import CI_SHAPE, TEMPLATES, scenarios  # noqa: E402
+from kvparity.run.runner import run_scenario  # noqa: E402
 
 TORCH_WORLDS = (("legacy", "torch"), ("refactored", "torch"))
 

@@ -49,7 +49,7 @@ lane_properties() {
 }
 
 lane_golden() {
-  "$py" -m parity golden check && "$py" -m pytest -q -p no:cacheprovider tests/golden
+  "$py" -m kvparity golden check && "$py" -m pytest -q -p no:cacheprovider tests/golden
 }
 
 find_sanitizer() {
@@ -73,8 +73,8 @@ lane_memcheck() {
 }
 
 lane_real() {
-  "$py" -m parity.real.install 0.5.3 0.5.3.post1 || return 1
-  "$py" -m parity check --sglang 0.5.3.post1 --against 0.5.3 --json "$reports/real.json" | tee "$reports/real.txt"
+  "$py" -m kvparity.engine.real.install 0.5.3 0.5.3.post1 || return 1
+  "$py" -m kvparity check --sglang 0.5.3.post1 --against 0.5.3 --json "$reports/real.json" | tee "$reports/real.txt"
   local status=${PIPESTATUS[0]}
   "$py" -m pytest -q -p no:cacheprovider tests/properties/test_faithfulness.py --junitxml="$reports/faithfulness.xml" \
     || status=1
@@ -100,7 +100,7 @@ lane_scale() {
   (while sleep 60; do nvidia-smi --query-gpu=index,utilization.gpu,memory.used --format=csv,noheader; done) \
     > "$reports/scale-nvidia-smi.txt" 2>&1 &
   local sampler=$!
-  "$py" -m parity check --examples "${KVPARITY_SCALE_EXAMPLES:-100000}" --seed "$KVPARITY_SEED" --jobs "$jobs" \
+  "$py" -m kvparity check --examples "${KVPARITY_SCALE_EXAMPLES:-100000}" --seed "$KVPARITY_SEED" --jobs "$jobs" \
     --json "$reports/scale.json" | tee "$reports/scale.txt"
   local status=${PIPESTATUS[0]}
   kill "$sampler" 2>/dev/null

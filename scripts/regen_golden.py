@@ -14,8 +14,8 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from kernels import runtime  # noqa: E402,F401  (fixes the Triton mode before anything imports Triton)
-from parity.cli import main  # noqa: E402
+from kvparity.cli.main import main  # noqa: E402
+from kvparity.kernels import runtime  # noqa: E402,F401  (fixes the Triton mode before anything imports Triton)
 
 if __name__ == "__main__":
     argv = sys.argv[1:]

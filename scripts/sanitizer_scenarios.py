@@ -16,20 +16,20 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from kernels import runtime  # noqa: E402  (fixes the Triton mode first)
+from kvparity.kernels import runtime  # noqa: E402  (fixes the Triton mode first)
 
 # isort: split
 
 import torch  # noqa: E402
 
-from kernels.legacy_write import write_extend_slots  # noqa: E402
-from kernels.linear_write import write_prefix_and_extend_slots_linear  # noqa: E402
-from kernels.refactored_write import write_prefix_and_extend_slots  # noqa: E402
-from parity import golden  # noqa: E402
-from parity.contract import check_write_inputs  # noqa: E402
-from parity.golden_scenarios import GOLDENS  # noqa: E402
-from parity.poison import POISON  # noqa: E402
-from parity.runner import ALL_WORLDS  # noqa: E402
+from kvparity.golden import store as golden  # noqa: E402
+from kvparity.golden.scenarios import GOLDENS  # noqa: E402
+from kvparity.kernels.legacy_write import write_extend_slots  # noqa: E402
+from kvparity.kernels.linear_write import write_prefix_and_extend_slots_linear  # noqa: E402
+from kvparity.kernels.refactored_write import write_prefix_and_extend_slots  # noqa: E402
+from kvparity.model.contract import check_write_inputs  # noqa: E402
+from kvparity.model.poison import POISON  # noqa: E402
+from kvparity.run.runner import ALL_WORLDS  # noqa: E402
 
 LONG = ((3, 600, 513), (0, 0, 700), (2, 513, 0), (1, 1, 1))  # (row, prefix_len, extend_len)
 

@@ -24,7 +24,7 @@ stamp="$venv/.kvparity-installed"
 want=$(cd "$root" && "$python" -c 'import hashlib,sys; print(hashlib.sha256(open("pyproject.toml","rb").read()).hexdigest())')
 installed() {
   [ -x "$venv/bin/kvparity" ] && [ "$(cat "$stamp" 2>/dev/null)" = "$want" ] \
-    && (cd "$root" && "$py" -c 'import kernels, torch, triton, hypothesis, pytest, xdist, parity') >/dev/null 2>&1
+    && (cd "$root" && "$py" -c 'import kvparity.kernels, torch, triton, hypothesis, pytest, xdist') >/dev/null 2>&1
 }
 if ! installed; then
   "$py" -m pip install -q --upgrade pip >&2
@@ -34,5 +34,5 @@ if ! installed; then
 fi
 # The real SGLang releases of the main job, the faithfulness lane and the CI matrix slice, installed once into the
 # per-user cache (offline afterwards; KVPARITY_SGLANG_WHEELS=DIR installs from a wheel folder).
-(cd "$root" && "$py" -m parity.real.install 0.5.3 0.5.3.post1 0.5.3.post2 0.5.4) >&2
+(cd "$root" && "$py" -m kvparity.engine.real.install 0.5.3 0.5.3.post1 0.5.3.post2 0.5.4) >&2
 echo "$py"

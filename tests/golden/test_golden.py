@@ -11,10 +11,11 @@ from pathlib import Path
 
 import pytest
 
-import refactored.chunk_cache
-from mem_cache.memory_pool import ReqToTokenPool
-from parity import cli, golden
-from parity.runner import ALL_WORLDS, run_scenario
+from kvparity.cli import main as cli
+from kvparity.golden import store as golden
+from kvparity.mem_cache.memory_pool import ReqToTokenPool
+from kvparity.refactored import chunk_cache
+from kvparity.run.runner import ALL_WORLDS, run_scenario
 
 NAMES = list(golden.GOLDENS)
 SMALL = "row-reuse-alias"  # small, and it has 'refactored' overrides
@@ -76,7 +77,7 @@ def test_outdated_format(tmp_path: Path) -> None:
 
 
 def test_outdated_scenario(tmp_path: Path) -> None:
-    """The file was recorded from another scenario than parity/golden_scenarios.py defines now."""
+    """The file was recorded from another scenario than kvparity/golden/scenarios.py defines now."""
     path = _copy(tmp_path)
     data = json.loads(path.read_text())
     data["scenario"]["requests"][1]["tokens"] = [7, 9]
@@ -167,7 +168,7 @@ def test_check_passes_on_a_clean_copy(tmp_path: Path) -> None:
 def test_regen_refuses_when_the_worlds_disagree(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A golden recorded from a broken state would bless the bug: the refactored chunk cache
     handing out legacy's int32 view is misread by the refactored Triton kernel."""
-    monkeypatch.setattr(refactored.chunk_cache.ChunkCache, "_prefix_from_row", lambda self, row_slots: row_slots)
+    monkeypatch.setattr(chunk_cache.ChunkCache, "_prefix_from_row", lambda self, row_slots: row_slots)
     with pytest.raises(golden.GoldenError) as refused:
         golden.regen("chunked-chunk-cache", tmp_path)
     assert "golden chunked-chunk-cache: refusing to record" in str(refused.value)

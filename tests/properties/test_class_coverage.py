@@ -13,9 +13,9 @@ from collections import Counter
 
 from hypothesis import given, settings
 
-from parity.classes import REQUIRED
-from parity.runner import run_scenario
-from parity.strategies import CI_SHAPE, TEMPLATES, scenarios
+from kvparity.model.classes import REQUIRED
+from kvparity.model.strategies import CI_SHAPE, TEMPLATES, scenarios
+from kvparity.run.runner import run_scenario
 
 REFERENCE = (("legacy", "torch"),)
 

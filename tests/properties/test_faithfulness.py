@@ -4,9 +4,9 @@
   golden and on drawn scenarios of every template, both backends, after every stage (the model is
   the reference; the real worlds also pass every oracle);
 - real 0.5.3 against real 0.5.3.post1 (the refactor itself, on real code) gives parity;
-- teeth: each mutated copy of real 0.5.3.post1 (``parity.real.mutants``) is caught.
+- teeth: each mutated copy of real 0.5.3.post1 (``kvparity.teeth.real_zoo``) is caught.
 
-Real SGLang is installed on first use into the per-user cache (``parity.real.install``) and runs in
+Real SGLang is installed on first use into the per-user cache (``kvparity.engine.real.install``) and runs in
 worker processes; ``KVPARITY_REAL_EXAMPLES`` sets the drawn scenarios per template (default 20).
 """
 
@@ -17,13 +17,13 @@ import os
 import pytest
 from hypothesis import given, settings
 
-from parity.golden_scenarios import GOLDENS
-from parity.real.install import resolve
-from parity.real.lane import RealLane
-from parity.real.mutants import REAL_MUTANTS, make_mutated_copy
-from parity.report import format_failure
-from parity.runner import run_scenario
-from parity.strategies import TEMPLATES, scenarios
+from kvparity.engine.real.install import resolve
+from kvparity.engine.real.lane import RealLane
+from kvparity.golden.scenarios import GOLDENS
+from kvparity.model.strategies import TEMPLATES, scenarios
+from kvparity.report.failure import format_failure
+from kvparity.run.runner import run_scenario
+from kvparity.teeth.real_zoo import REAL_MUTANTS, make_mutated_copy
 
 MODELLED = {"0.5.3": "legacy", "0.5.3.post1": "refactored"}
 REAL_EXAMPLES = int(os.environ.get("KVPARITY_REAL_EXAMPLES", "20"))

@@ -15,14 +15,14 @@ import pytest
 from hypothesis import event, example, given
 from hypothesis.control import current_build_context
 
-from parity import ledger
-from parity.minimize import failure_kind, minimize
-from parity.report import format_failure, format_findings
-from parity.runner import run_scenario
-from parity.scenario import Decode, Extend, RequestSpec, Retract, Scenario
-from parity.strategies import TEMPLATES, scenarios
-from parity.world import Geometry
-from parity.zoo_results import ScenarioFailed, failure_record
+from kvparity.model import ledger
+from kvparity.model.scenario import Decode, Extend, RequestSpec, Retract, Scenario
+from kvparity.model.strategies import TEMPLATES, scenarios
+from kvparity.model.worlds import Geometry
+from kvparity.report.failure import format_failure, format_findings
+from kvparity.run.minimize import failure_kind, minimize
+from kvparity.run.runner import run_scenario
+from kvparity.teeth.results import ScenarioFailed, failure_record
 
 
 def check(scenario: Scenario, test: str):
@@ -40,7 +40,7 @@ def check(scenario: Scenario, test: str):
 
 def _minimal_on_final_replay(scenario: Scenario, result):
     """On Hypothesis's final replay of the shrunk example (only then: shrinking calls this many
-    times), remove the requests, steps and tokens that play no part (``parity.minimize``)."""
+    times), remove the requests, steps and tokens that play no part (``kvparity.run.minimize``)."""
     if not current_build_context().is_final:
         return result
     kind = failure_kind(result)

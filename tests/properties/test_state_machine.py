@@ -9,11 +9,11 @@ prefill, radix hits, decode, retraction, re-admission and eviction are reached t
 
 After every step, every world (legacy and refactored, each on torch and on Triton) is
 snapshotted after every stage of that step; each snapshot must satisfy the oracles that do not
-trust legacy (``parity.oracles.check_stage``: untouched cells, fresh slots, conservation, ...)
-and be equal to the reference world's (``parity.compare.compare``, SPEC section 7). Known legacy
+trust legacy (``kvparity.judge.oracles.check_stage``: untouched cells, fresh slots, conservation, ...)
+and be equal to the reference world's (``kvparity.judge.compare.compare``, SPEC section 7). Known legacy
 defects (the chunk-cache view alias) are counted with ``hypothesis.event``, never hidden and never
 failures. A failure prints the steps played so far as a ``Scenario`` and how to replay it with
-``parity.replay``; Hypothesis's own listing of the rules follows it.
+``kvparity.run.replay``; Hypothesis's own listing of the rules follows it.
 """
 
 from __future__ import annotations
@@ -25,14 +25,14 @@ from hypothesis import HealthCheck, Phase, event, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
-from parity.classes import classify
-from parity.compare import Difference
-from parity.report import format_failure
-from parity.runner import ALL_WORLDS, Lockstep, RunResult
-from parity.scenario import Decode, Evict, Extend, RequestSpec, Retract, Scenario, Step
-from parity.scheduler import Scheduler, StageRecord
-from parity.strategies import current_shape, token_run
-from parity.world import Geometry
+from kvparity.engine.scheduler import Scheduler, StageRecord
+from kvparity.judge.compare import Difference
+from kvparity.model.classes import classify
+from kvparity.model.scenario import Decode, Evict, Extend, RequestSpec, Retract, Scenario, Step
+from kvparity.model.strategies import current_shape, token_run
+from kvparity.model.worlds import Geometry
+from kvparity.report.failure import format_failure
+from kvparity.run.runner import ALL_WORLDS, Lockstep, RunResult
 
 NIGHTLY = os.environ.get("HYPOTHESIS_PROFILE") == "nightly"
 # Bounds that keep the module well under a minute on one CPU core in the ci profile (Triton runs in
@@ -119,7 +119,7 @@ def lockstep_setups(draw) -> Scenario:
     kv_slots = max(2 * ps, -(-need // ps) * ps)
     geometry = Geometry(pool_rows=rows, max_context_len=longest + 2, kv_slots=kv_slots, page_size=ps,
                         need_sort=need_sort)
-    return Scenario(geometry, cache, requests, (), chunk_size, tags=("state machine",))
+    return Scenario(geometry, cache, requests, (), chunk_size)
 
 
 def _admit_picks(least: int):
@@ -288,7 +288,7 @@ class SchedulerLockstep(RuleBasedStateMachine):
 
     # ---- playing one step on every world -----------------------------------------------------------
     def _play(self, step: Step) -> None:
-        """``parity.runner.Lockstep``: every world plays the step stage by stage; each stage is
+        """``kvparity.run.runner.Lockstep``: every world plays the step stage by stage; each stage is
         snapshotted, checked by the oracles and compared with the reference world."""
         self.steps.append(step)
         for record in self.lockstep.play(len(self.steps) - 1, step):
@@ -307,7 +307,7 @@ class SchedulerLockstep(RuleBasedStateMachine):
             raise AssertionError(self._report(result.divergences, result.violations, result.first_difference))
 
     def _report(self, divergences: list[Difference], violations: list[str], first: StageRecord | None) -> str:
-        """``parity.report.format_failure``: the differing cells as a table, the oracle
+        """``kvparity.report.failure.format_failure``: the differing cells as a table, the oracle
         violations, and the steps played so far as a replayable ``Scenario``."""
         played = Scenario(
             self.scenario.geometry, self.scenario.cache_kind, self.scenario.requests, tuple(self.steps),

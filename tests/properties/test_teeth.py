@@ -1,4 +1,4 @@
-"""Teeth, shown and not assumed: each mutant of the zoo (``parity.mutants``) breaks a copy of the
+"""Teeth, shown and not assumed: each mutant of the zoo (``kvparity.teeth.zoo``) breaks a copy of the
 code the way a real regression would, and the ``ci``-profile properties must fail on it, with a
 readable report or the exception the broken code raised. One test per mutant, so pytest-xdist
 spreads them; the permanent @examples of test_parity.py kill each in seconds."""
@@ -13,10 +13,10 @@ from pathlib import Path
 
 import pytest
 
-from parity.cli_mutants import counterexample_line, judge, scenarios_until_failure
-from parity.ledger import read as read_ledger
-from parity.mutants import MUTANTS, Edit, Mutant, MutantError, apply_edits, run_properties
-from parity.zoo_results import ENV, RunFailure, failure_of, read
+from kvparity.cli.mutants import counterexample_line, judge, scenarios_until_failure
+from kvparity.model.ledger import read as read_ledger
+from kvparity.teeth.results import ENV, RunFailure, failure_of, read
+from kvparity.teeth.zoo import MUTANTS, Edit, Mutant, MutantError, apply_edits, run_properties
 
 REPORTED = ("kvparity: the worlds disagree", "kvparity: an oracle failed")
 
@@ -68,7 +68,7 @@ def test_scenarios_until_failure_counts_through_the_first_failure() -> None:
 
 REPLAY = {"cache_kind": "radix", "geometry": {"page_size": 4}, "requests": [{}], "steps": [{"step": "Extend"}]}
 FAILING_TEST = f"""
-from parity.zoo_results import ScenarioFailed
+from kvparity.teeth.results import ScenarioFailed
 
 def test_fails():
     raise ScenarioFailed("a report the zoo does not read", {{"what": "first difference: step 1 extend ['r0']",
@@ -97,7 +97,7 @@ def test_the_zoo_reads_the_first_failure_as_data_not_from_the_output(tmp_path: P
     result_file = tmp_path / "first-failure.json"
     root = Path(__file__).resolve().parents[2]
     env = {**os.environ, ENV: str(result_file), "PYTHONPATH": str(root)}
-    done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "parity.zoo_plugin",
+    done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "kvparity.teeth.plugin",
                            str(tmp_path / "test_fails.py")], cwd=tmp_path, env=env, capture_output=True, text=True)
     assert done.returncode == 1, done.stdout + done.stderr
     failure = read(result_file)

@@ -14,12 +14,12 @@ from typing import Any
 
 import torch
 
-from mem_cache.errors import Exhausted
-from parity.poison import POISON as POISON  # re-exported: tests write expected cells with it
-from parity.records import LogprobAdmission, Note, Observation, StageRecord
-from parity.scenario import Scenario
-from parity.snapshot import RequestView, Snapshot
-from parity.world import Geometry, WorldId
+from kvparity.engine.snapshot import RequestView, Snapshot
+from kvparity.mem_cache.errors import Exhausted
+from kvparity.model.poison import POISON as POISON  # re-exported: tests write expected cells with it
+from kvparity.model.records import LogprobAdmission, Note, Observation, StageRecord
+from kvparity.model.scenario import Scenario
+from kvparity.model.worlds import Geometry, WorldId
 
 # ---- worlds ------------------------------------------------------------------------------------
 LEGACY_TORCH = WorldId.modelled("legacy", "torch")

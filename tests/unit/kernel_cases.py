@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 import torch
 
-from parity.poison import POISON
+from kvparity.model.poison import POISON
 
 
 def ramp(start: int, n: int) -> list[int]:

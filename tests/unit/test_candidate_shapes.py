@@ -15,10 +15,10 @@ import os
 
 import pytest
 
-from kernels import runtime
-from parity import profiles
-from parity.checker import check_candidate, judge
-from parity.sandbox import Sandbox
+from kvparity.candidate.check import check_candidate, judge
+from kvparity.candidate.sandbox import Sandbox
+from kvparity.kernels import runtime
+from kvparity.model import profiles
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(os.path.dirname(HERE))
@@ -39,7 +39,7 @@ def sandbox():
 
 @pytest.fixture(autouse=True)
 def ci_profile(monkeypatch):
-    """The profile a candidate check sizes its batches by (``parity.profiles.load`` sets it)."""
+    """The profile a candidate check sizes its batches by (``kvparity.model.profiles.load`` sets it)."""
     monkeypatch.setenv("HYPOTHESIS_PROFILE", "ci")
 
 
@@ -118,22 +118,22 @@ def test_shrunk_counterexample_keeps_no_request_that_plays_no_part(name, request
     result = caught("write_cache_indices", spec, sandbox, shrink=20.0)
     batch, kind = result.counterexample, result.fault_kind
     assert batch.bs == requests and max(batch.extend_lens) > 512 and not any(batch.prefix_lens), result.report()
-    from parity.target_inputs import contract_violations, without_prefix_elements, without_requests
+    from kvparity.candidate.inputs import contract_violations, without_prefix_elements, without_requests
 
     smaller = [without_requests(batch, {i}) for i in range(batch.bs)]
     smaller += [without_prefix_elements(batch, i, {j}) for i in range(batch.bs) for j in range(batch.prefix_lens[i])]
     for candidate in smaller:
         if contract_violations(candidate):
             continue
-        fault = judge(sandbox.call("write_cache_indices", spec, candidate.to_json()), candidate, runtime.DEVICE)
+        fault = judge(sandbox.call("write_cache_indices", spec, candidate.to_dict()), candidate, runtime.DEVICE)
         assert fault is None or fault.kind != kind, candidate.describe()
 
 
 def test_requests_and_prefix_elements_that_play_no_part_are_removed(sandbox):
     """The same planted bug on a batch built by hand: five requests with prefixes, where the long
     request and the one after it are all the fault needs."""
-    from parity.checker import remove_what_plays_no_part
-    from parity.target_inputs import KernelBatch
+    from kvparity.candidate.check import remove_what_plays_no_part
+    from kvparity.candidate.inputs import KernelBatch
 
     prefixes = ((1, 2), (3,), (), (4, 5, 6), ())
     extend = (2, 513, 3, 1, 2)
@@ -183,8 +183,9 @@ def test_report_says_what_was_played_and_covered(sandbox):
 def test_nightly_profile_reaches_8192_requests_and_the_cli_passes_the_profile(monkeypatch, capsys):
     from hypothesis import Phase, find, settings
 
-    from parity import checker, cli_check
-    from parity.target_inputs import contract_violations, kernel_batches, kernel_shape
+    from kvparity.candidate import check as checker
+    from kvparity.candidate.inputs import contract_violations, kernel_batches, kernel_shape
+    from kvparity.cli import check as cli_check
 
     nightly = kernel_shape("nightly")
     assert nightly.largest_batch == 8192 and kernel_shape("ci").largest_batch < 1024
@@ -201,7 +202,7 @@ def test_nightly_profile_reaches_8192_requests_and_the_cli_passes_the_profile(mo
         raise ValueError("stop here")
 
     monkeypatch.setattr(checker, "check_candidate", fake_check)
-    from parity.cli import main
+    from kvparity.cli.main import main
 
     argv = ["check", "--target", "get_last_loc", "--candidate", "examples/last_loc_blocks.py:get_last_loc",
             "--profile", "nightly"]

@@ -18,11 +18,8 @@ import torch
 from hypothesis import Phase, find, given, settings
 from hypothesis import strategies as st
 
-from parity.candidates import CandidateLoadError, load_candidate, signature_problem
-from parity.checker import check_candidate
-from parity.poison import POISON
-from parity.sandbox import Sandbox
-from parity.target_inputs import (
+from kvparity.candidate.check import check_candidate
+from kvparity.candidate.inputs import (
     GUARD,
     TARGETS,
     Effect,
@@ -33,6 +30,9 @@ from parity.target_inputs import (
     materialise,
     reference_effect,
 )
+from kvparity.candidate.loader import CandidateLoadError, load_candidate, signature_problem
+from kvparity.candidate.sandbox import Sandbox
+from kvparity.model.poison import POISON
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(os.path.dirname(HERE))
@@ -64,7 +64,7 @@ def check(target: str, spec: str, sandbox: Sandbox, examples: int = EXAMPLES, sh
     "target, spec",
     [
         ("write_cache_indices", EXAMPLE),
-        ("write_cache_indices", "kernels.linear_write:write_cache_indices"),
+        ("write_cache_indices", "kvparity.kernels.linear_write:write_cache_indices"),
         ("write_cache_indices", fixture("wci_torch_faithful")),
         ("get_last_loc", fixture("gll_faithful", "get_last_loc")),
         ("alloc_extend", fixture("ae_faithful", "alloc_extend_kernel")),

@@ -6,7 +6,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from parity.world import Geometry, build_world
+from kvparity.engine.world import build_world
+from kvparity.model.worlds import Geometry
 
 GEOMETRY = Geometry(pool_rows=2, max_context_len=8, kv_slots=16)
 

@@ -10,9 +10,9 @@ import sys
 import pytest
 import torch
 
-import refactored.schedule_batch
-from parity import profiles
-from parity.cli import main
+from kvparity.cli.main import main
+from kvparity.model import profiles
+from kvparity.refactored import schedule_batch
 
 
 @pytest.fixture(autouse=True)
@@ -40,7 +40,7 @@ def test_divergence_exits_1_with_a_shrunk_counterexample_and_a_repro(tmp_path, c
         minus_one = torch.tensor([-1], dtype=torch.int64, device=device)
         return torch.cat([p[-2:-1].to(device) if len(p) > 1 else minus_one for p in prefix_tensors])
 
-    monkeypatch.setattr(refactored.schedule_batch, "last_loc_from_prefixes", second_to_last)
+    monkeypatch.setattr(schedule_batch, "last_loc_from_prefixes", second_to_last)
     out, repro = tmp_path / "verdict.json", tmp_path / "repro.py"
     # One job: the planted bug lives in this process only (spawned jobs would import the real code).
     status = main(["check", "--examples", "80", "--backend", "torch", "--jobs", "1", "--json", str(out), "--repro", str(repro)])
@@ -68,7 +68,7 @@ def test_usage_errors_exit_2_and_say_why(argv, message, capsys):
 
 
 def test_console_entry_rejects_unknown_options():
-    done = subprocess.run([sys.executable, "-m", "parity", "check", "--colour"], capture_output=True, text=True)
+    done = subprocess.run([sys.executable, "-m", "kvparity", "check", "--colour"], capture_output=True, text=True)
     assert done.returncode == 2 and "unrecognized arguments: --colour" in done.stderr
 
 
@@ -114,5 +114,5 @@ def test_candidate_usage_errors_exit_2(argv, message, capsys):
 def test_device_cuda_without_cuda_is_a_usage_error():
     """The device is chosen before the kernels are imported; asking for one that is not there
     is refused with the reason, not a traceback."""
-    done = subprocess.run([sys.executable, "-m", "parity", "check", "--device", "cuda"], capture_output=True, text=True)
+    done = subprocess.run([sys.executable, "-m", "kvparity", "check", "--device", "cuda"], capture_output=True, text=True)
     assert done.returncode == 2 and "torch sees no CUDA device" in done.stderr

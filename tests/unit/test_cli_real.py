@@ -1,4 +1,4 @@
-"""``kvparity check --sglang A [--against B]`` and the real lane (parity/real/lane.py): exit codes,
+"""``kvparity check --sglang A [--against B]`` and the real lane (kvparity/engine/real/lane.py): exit codes,
 one-sentence refusals, a mutated copy of real SGLang caught end to end, and a real world that
 crashes or hangs reported with its version, step and operation while the run goes on."""
 
@@ -10,12 +10,12 @@ from pathlib import Path
 
 import pytest
 
-from parity.cli import main
-from parity.golden_scenarios import GOLDENS
-from parity.real.install import resolve
-from parity.real.lane import RealLane
-from parity.real.mutants import REAL_MUTANTS_BY_NAME, make_mutated_copy
-from parity.runner import run_scenario
+from kvparity.cli.main import main
+from kvparity.engine.real.install import resolve
+from kvparity.engine.real.lane import RealLane
+from kvparity.golden.scenarios import GOLDENS
+from kvparity.run.runner import run_scenario
+from kvparity.teeth.real_zoo import REAL_MUTANTS_BY_NAME, make_mutated_copy
 
 
 def _check(*args: str) -> int:

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import torch
 
-from kernels.runtime import DEVICE
-from parity.contract import prefix_violations, same_device
+from kvparity.kernels.runtime import DEVICE
+from kvparity.model.contract import prefix_violations, same_device
 
 
 def test_contiguous_int64_prefix_and_empty_cpu_default_pass():
@@ -36,8 +36,8 @@ def test_same_device_ignores_the_default_index_only():
 def test_length_findings_is_the_one_spec8_check_of_tensors_and_plain_batches():
     """``length_findings`` by hand: a row outside the table, two requests in one row, two requests
     breaking 0 <= prefix_len <= seq_len <= width, one slot too few. The plain batch words them its way."""
-    from parity.contract import LengthFindings, length_findings
-    from parity.target_inputs import KernelBatch, contract_violations
+    from kvparity.candidate.inputs import KernelBatch, contract_violations
+    from kvparity.model.contract import LengthFindings, length_findings
 
     found = length_findings([0, 3, 0], [1, 0, 2], [2, 5, 1], height=2, width=4, slots=3, extend_total=4)
     assert found == LengthFindings(rows_outside=((1, 3),), shared_rows=((0, (0, 2)),), misordered=(1, 2),

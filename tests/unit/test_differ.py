@@ -1,12 +1,12 @@
-"""The one differ (``parity.differ``), on hand-computed cells: equal data renders nothing, and
+"""The one differ (``kvparity.judge.differ``), on hand-computed cells: equal data renders nothing, and
 differing cells group into runs of consecutive columns, named the way each report reads them."""
 
 from __future__ import annotations
 
 import torch
 
-from parity import differ
-from parity.poison import POISON
+from kvparity.judge import differ
+from kvparity.model.poison import POISON
 
 
 def test_equal_data_renders_nothing() -> None:

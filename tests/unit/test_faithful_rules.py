@@ -3,22 +3,23 @@ SGLang"; SPEC sections 1 and 6 as corrected on 2026-12-01). Each test computes i
 hand from SGLang's rule and would fail on the old model.
 """
 
-from kernels import runtime  # noqa: I001  (must come first: fixes Triton's mode)
+from kvparity.kernels import runtime  # noqa: I001  (must come first: fixes Triton's mode)
 
 import types
 
 import pytest
 import torch
 
-from mem_cache.allocator import PagedTokenToKVPoolAllocator, TokenToKVPoolAllocator
-from mem_cache.chunk_cache import ChunkCacheBase
-from mem_cache.memory_pool import ReqToTokenPool
-from mem_cache.radix_cache import RadixCache, RadixKey
-from parity.poison import POISON
-from parity.runner import run_scenario
-from parity.scenario import Decode, Extend, RequestSpec, Scenario, scenario_from_dict
-from parity.scheduler import Scheduler, retract_order
-from parity.world import Geometry, build_world
+from kvparity.mem_cache.allocator import PagedTokenToKVPoolAllocator, TokenToKVPoolAllocator
+from kvparity.mem_cache.chunk_cache import ChunkCacheBase
+from kvparity.mem_cache.memory_pool import ReqToTokenPool
+from kvparity.mem_cache.radix_cache import RadixCache, RadixKey
+from kvparity.model.poison import POISON
+from kvparity.run.runner import run_scenario
+from kvparity.model.scenario import Decode, Extend, RequestSpec, Scenario, scenario_from_dict
+from kvparity.engine.scheduler import Scheduler, retract_order
+from kvparity.model.worlds import Geometry
+from kvparity.engine.world import build_world
 
 DEV = runtime.DEVICE
 BACKENDS = runtime.BACKENDS

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from kernels import runtime
+from kvparity.kernels import runtime
 
 REPO = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.skipif(runtime.DEVICE.type == "cuda", reason="checks the behaviour without CUDA")

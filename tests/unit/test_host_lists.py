@@ -4,7 +4,7 @@
 import pytest
 import torch
 
-from kernels import runtime
+from kvparity.kernels import runtime
 
 
 @pytest.fixture

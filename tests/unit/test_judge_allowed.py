@@ -1,5 +1,5 @@
-"""What the comparison of two worlds (``parity.compare``) and the comparison up to renumbering
-(``parity.renumber``) excuse, and nothing more, on hand-built snapshots (``judge_cases``).
+"""What the comparison of two worlds (``kvparity.judge.compare``) and the comparison up to renumbering
+(``kvparity.judge.renumber``) excuse, and nothing more, on hand-built snapshots (``judge_cases``).
 
 Each excuse has a case it excuses and a near miss it does not: the prefix's type across versions,
 what a failed allocation leaves, legacy's chunk-cache alias, the known differences of real
@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import pytest
 
-from parity.compare import ALIAS_DEFECT, ALLOWED, compare
-from parity.renumber import Bijection, Mismatch, Renumbering, renumbering_verdict
+from kvparity.judge.compare import ALIAS_DEFECT, ALLOWED, compare
+from kvparity.judge.renumber import Bijection, Mismatch, Renumbering, renumbering_verdict
 
 from judge_cases import (
     LEGACY_TORCH,

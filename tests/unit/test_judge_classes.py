@@ -1,4 +1,4 @@
-"""The scenario classes of ``parity.classes``, one rule per test: a hand-built record (``judge_cases``)
+"""The scenario classes of ``kvparity.model.classes``, one rule per test: a hand-built record (``judge_cases``)
 that earns the class and a near miss that does not. Classes are read from what the reference world
 did, so each case is a few stage records, and the expected classes are written out in full (or,
 for a rule among a family of classes, the whole family: every class whose name starts alike)."""
@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from parity.classes import classify
+from kvparity.model.classes import classify
 
 from judge_cases import batch, failed_otherwise, logprob, note, observed, out_of_memory, scenario, stage
 

@@ -1,4 +1,4 @@
-"""The oracles of ``parity.oracles`` not covered by ``test_oracles_units.py``, one rule per test, on
+"""The oracles of ``kvparity.judge.oracles`` not covered by ``test_oracles_units.py``, one rule per test, on
 hand-built snapshots (``judge_cases``): a stage that keeps the rule gives no violation, one that
 breaks it gives the exact message written out here. Also which oracles ``check_stage`` runs on
 which stage, and how it labels what they find."""
@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from parity.oracles import (
+from kvparity.judge.oracles import (
     cached_row_names_prefix,
     check_stage,
     extend_lens_positive,

@@ -14,13 +14,13 @@ import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
-from kernels import runtime
-from kernels.alloc_extend import alloc_extend
-from kernels.last_loc import get_last_loc
-from kernels.legacy_write import write_extend_slots
-from kernels.linear_write import write_prefix_and_extend_slots_linear
-from kernels.refactored_write import write_prefix_and_extend_slots
-from parity.poison import POISON
+from kvparity.kernels import runtime
+from kvparity.kernels.alloc_extend import alloc_extend
+from kvparity.kernels.last_loc import get_last_loc
+from kvparity.kernels.legacy_write import write_extend_slots
+from kvparity.kernels.linear_write import write_prefix_and_extend_slots_linear
+from kvparity.kernels.refactored_write import write_prefix_and_extend_slots
+from kvparity.model.poison import POISON
 
 from kernel_cases import assert_tensor_equal
 

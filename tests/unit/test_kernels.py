@@ -12,13 +12,13 @@ from __future__ import annotations
 import pytest
 import torch
 
-from kernels.alloc_extend import alloc_extend
-from kernels.last_loc import get_last_loc
-from kernels.launches import LAUNCHES
-from kernels.legacy_write import write_extend_slots
-from kernels.refactored_write import prefix_pointer_table, write_prefix_and_extend_slots
-from mem_cache.allocator import PagedTokenToKVPoolAllocator
-from parity.poison import POISON
+from kvparity.kernels.alloc_extend import alloc_extend
+from kvparity.kernels.last_loc import get_last_loc
+from kvparity.kernels.launches import LAUNCHES
+from kvparity.kernels.legacy_write import write_extend_slots
+from kvparity.kernels.refactored_write import prefix_pointer_table, write_prefix_and_extend_slots
+from kvparity.mem_cache.allocator import PagedTokenToKVPoolAllocator
+from kvparity.model.poison import POISON
 
 from kernel_cases import (
     WRITE_CASES,

@@ -11,11 +11,11 @@ from __future__ import annotations
 import pytest
 import torch
 
-from kernels.launches import LAUNCHES
-from kernels.linear_write import pointers_and_starts, write_cache_indices, write_prefix_and_extend_slots_linear
-from kernels.refactored_write import write_prefix_and_extend_slots
-from mem_cache.memory_pool import ReqToTokenPool
-from parity.runner import ALL_WORLDS
+from kvparity.kernels.launches import LAUNCHES
+from kvparity.kernels.linear_write import pointers_and_starts, write_cache_indices, write_prefix_and_extend_slots_linear
+from kvparity.kernels.refactored_write import write_prefix_and_extend_slots
+from kvparity.mem_cache.memory_pool import ReqToTokenPool
+from kvparity.run.runner import ALL_WORLDS
 
 from kernel_cases import WRITE_CASES, assert_tensor_equal, assert_untouched_is_poison
 
@@ -84,7 +84,7 @@ def test_triton_backend_launches_the_linear_kernel_not_the_serial_one(device):
 
 def test_sglang_signature_entry_writes_through_the_pool(device):
     """``write_cache_indices`` with SGLang's 11 parameters writes ``req_to_token_pool.req_to_token``
-    (the form ``kvparity check --candidate kernels.linear_write:write_cache_indices`` loads)."""
+    (the form ``kvparity check --candidate kvparity.kernels.linear_write:write_cache_indices`` loads)."""
     case = WRITE_CASES[0]
     pool = ReqToTokenPool(case.rows, case.cols, device)
     pool.req_to_token.copy_(case.poisoned_table(device))
@@ -122,7 +122,7 @@ def test_more_requests_than_one_program_takes_and_a_ragged_last_program(device, 
 def test_tile_covers_the_longest_row(longest, tile):
     """Rows up to 1,024 cells: one tile per program at least as wide as the longest row; longer rows:
     1,024-column chunks, one program each. The tests above use both (rows of 602 and of 1,100)."""
-    from kernels.linear_write import linear_tile
+    from kvparity.kernels.linear_write import linear_tile
 
     reqs, cols, chunk = linear_tile(longest)
     assert (reqs, cols, chunk) == tile
@@ -133,7 +133,7 @@ def test_tile_sizes_are_integers():
     """Triton takes REQS, COLS and CHUNK as constexprs for tl.arange and the grid: a float (e.g.
     ``2048 / 1024 == 2.0``) is accepted by the interpreter but not by the compiler, so the tile
     must be ints of exactly the values above."""
-    from kernels.linear_write import linear_tile
+    from kvparity.kernels.linear_write import linear_tile
 
     for longest in (0, 1, 15, 16, 17, 100, 129, 300, 602, 1024, 1025, 5000):
         assert all(type(v) is int for v in linear_tile(longest)), (longest, linear_tile(longest))

@@ -1,4 +1,4 @@
-"""``kvparity matrix``: releases pairwise on one scenario set (parity/matrix.py)."""
+"""``kvparity matrix``: releases pairwise on one scenario set (kvparity/run/matrix.py)."""
 
 from __future__ import annotations
 
@@ -6,8 +6,8 @@ import json
 
 import pytest
 
-from parity.cli import main
-from parity.cli_matrix import _pairs
+from kvparity.cli.main import main
+from kvparity.cli.matrix import _pairs
 
 
 def test_pairs_are_each_release_against_the_one_before_or_against_the_base():

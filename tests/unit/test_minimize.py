@@ -1,16 +1,16 @@
 """Reported counterexamples are minimal: no request, step, name or token can be removed with the
-failure kept (``parity.minimize``, applied after Hypothesis's shrinking)."""
+failure kept (``kvparity.run.minimize``, applied after Hypothesis's shrinking)."""
 
 from __future__ import annotations
 
 import torch
 
-import refactored.schedule_batch
-from parity.harness_check import check_repository
-from parity.minimize import failure_kind, minimize, smaller
-from parity.runner import run_scenario
-from parity.scenario import Decode, Extend, RequestSpec, Retract, Scenario
-from parity.world import Geometry
+from kvparity.model.scenario import Decode, Extend, RequestSpec, Retract, Scenario
+from kvparity.model.worlds import Geometry
+from kvparity.refactored import schedule_batch
+from kvparity.run.minimize import failure_kind, minimize, smaller
+from kvparity.run.runner import run_scenario
+from kvparity.run.sweep import check_repository
 
 TORCH_WORLDS = (("legacy", "torch"), ("refactored", "torch"))
 
@@ -43,7 +43,7 @@ def test_a_planted_bug_is_reported_with_nothing_removable(monkeypatch):
         pieces = [p[-2:-1] if len(p) > 1 else torch.tensor([-1], dtype=torch.int64, device=device) for p in prefix_tensors]
         return torch.cat([p.to(device) for p in pieces])
 
-    monkeypatch.setattr(refactored.schedule_batch, "last_loc_from_prefixes", second_to_last)
+    monkeypatch.setattr(schedule_batch, "last_loc_from_prefixes", second_to_last)
     verdict = check_repository(TORCH_WORLDS, 60, None)
     assert verdict.verdict == "divergence" and verdict.scenario is not None
     kind = failure_kind(run_scenario(verdict.scenario, TORCH_WORLDS))

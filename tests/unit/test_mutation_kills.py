@@ -9,17 +9,17 @@ from __future__ import annotations
 import pytest
 import torch
 
-from kernels.alloc_extend import alloc_extend
-from kernels.last_loc import get_last_loc
-from kernels.launches import LAUNCHES, launch_count
-from kernels.legacy_write import write_extend_slots
-from kernels.linear_write import write_prefix_and_extend_slots_linear
-from kernels.refactored_write import write_prefix_and_extend_slots
-from kernels.runtime import BACKENDS, DEVICE
-from mem_cache.memory_pool import ReqToTokenPool
-from parity.exact import assert_exact
-from parity.poison import POISON
-from refactored.schedule_batch import last_loc_from_prefixes, write_cache_indices
+from kvparity.judge.exact import assert_exact
+from kvparity.kernels.alloc_extend import alloc_extend
+from kvparity.kernels.last_loc import get_last_loc
+from kvparity.kernels.launches import LAUNCHES, launch_count
+from kvparity.kernels.legacy_write import write_extend_slots
+from kvparity.kernels.linear_write import write_prefix_and_extend_slots_linear
+from kvparity.kernels.refactored_write import write_prefix_and_extend_slots
+from kvparity.kernels.runtime import BACKENDS, DEVICE
+from kvparity.mem_cache.memory_pool import ReqToTokenPool
+from kvparity.model.poison import POISON
+from kvparity.refactored.schedule_batch import last_loc_from_prefixes, write_cache_indices
 
 
 def i64(values: list[int]) -> torch.Tensor:

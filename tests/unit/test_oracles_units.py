@@ -1,4 +1,4 @@
-"""The oracles (``parity.oracles``) on hand-built snapshots: each passes on a stage that keeps its
+"""The oracles (``kvparity.judge.oracles``) on hand-built snapshots: each passes on a stage that keeps its
 rule and fails, with its exact message, on one that breaks it. The worlds never break these rules
 in a passing run, so without these an oracle that stopped checking would go unnoticed."""
 
@@ -6,18 +6,18 @@ from __future__ import annotations
 
 import torch
 
-from parity.oracles import (
+from kvparity.engine.scheduler import StageRecord
+from kvparity.engine.snapshot import RequestView, Snapshot
+from kvparity.judge.oracles import (
     cached_row_names_prefix,
     conservation,
     new_slots_fresh,
     stale_row_defects,
     untouched_cells,
 )
-from parity.poison import POISON
-from parity.scenario import Scenario
-from parity.scheduler import StageRecord
-from parity.snapshot import RequestView, Snapshot
-from parity.world import Geometry
+from kvparity.model.poison import POISON
+from kvparity.model.scenario import Scenario
+from kvparity.model.worlds import Geometry
 
 
 def scenario(page_size: int = 1, kv_slots: int = 8) -> Scenario:

@@ -10,10 +10,11 @@ from __future__ import annotations
 import pytest
 import torch
 
-from kernels.runtime import BACKENDS, DEVICE
-from parity.exact import assert_exact
-from parity.poison import POISON
-from parity.world import VERSIONS, Geometry, World, build_world
+from kvparity.engine.world import World, build_world
+from kvparity.judge.exact import assert_exact
+from kvparity.kernels.runtime import BACKENDS, DEVICE
+from kvparity.model.poison import POISON
+from kvparity.model.worlds import VERSIONS, Geometry
 
 WORLDS = [(v, b) for v in VERSIONS for b in BACKENDS]
 P = POISON

@@ -14,13 +14,13 @@ import json
 import pytest
 import torch
 
-from kernels import runtime
-from kernels.linear_write import write_prefix_and_extend_slots_linear
-from kernels.refactored_write import write_prefix_and_extend_slots
-from parity.checker import replay_batch
-from parity.contract import ContractError, check_write_inputs, write_input_violations
-from parity.poison import POISON
-from parity.target_inputs import KernelBatch, contract_violations
+from kvparity.candidate.check import replay_batch
+from kvparity.candidate.inputs import KernelBatch, contract_violations
+from kvparity.kernels import runtime
+from kvparity.kernels.linear_write import write_prefix_and_extend_slots_linear
+from kvparity.kernels.refactored_write import write_prefix_and_extend_slots
+from kvparity.model.contract import ContractError, check_write_inputs, write_input_violations
+from kvparity.model.poison import POISON
 
 from kernel_cases import WRITE_CASES
 

@@ -6,16 +6,16 @@ allocator is drained and every pool row taken up front, so ``free_pages`` and ``
 exactly what the cache gave back.
 """
 
-from kernels import runtime  # noqa: I001  (must come first: fixes Triton's mode)
+from kvparity.kernels import runtime  # noqa: I001  (must come first: fixes Triton's mode)
 
 import types
 
 import pytest
 import torch
 
-from mem_cache.allocator import PagedTokenToKVPoolAllocator, TokenToKVPoolAllocator
-from mem_cache.memory_pool import ReqToTokenPool
-from mem_cache.radix_cache import MatchResult, RadixCache, RadixKey, TreeNode
+from kvparity.mem_cache.allocator import PagedTokenToKVPoolAllocator, TokenToKVPoolAllocator
+from kvparity.mem_cache.memory_pool import ReqToTokenPool
+from kvparity.mem_cache.radix_cache import MatchResult, RadixCache, RadixKey, TreeNode
 
 DEV = runtime.DEVICE
 SENTINEL = -12345

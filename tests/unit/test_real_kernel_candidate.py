@@ -8,8 +8,8 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
-from parity.cli import main
-from parity.real.install import resolve
+from kvparity.cli.main import main
+from kvparity.engine.real.install import resolve
 
 
 def _lift(source_file: Path, name: str, dest: Path) -> Path:

@@ -1,4 +1,4 @@
-"""Real SGLang as a kvparity world (parity/real): install, version table, stand-ins, worker.
+"""Real SGLang as a kvparity world (kvparity/real): install, version table, stand-ins, worker.
 
 Real SGLang only ever runs inside worker subprocesses; this process imports none of it. The worker
 tests install sglang 0.5.3 and 0.5.3.post1 on first use (``pip install --no-deps --target``, cached
@@ -18,9 +18,9 @@ from pathlib import Path
 
 import pytest
 
-from parity.poison import POISON
-from parity.real import RealSGLangError, install, standins, versions
-from parity.real.worker import RealWorker, RemoteError, WorkerDied, WorkerHung
+from kvparity.engine.real import RealSGLangError, install, standins, versions
+from kvparity.engine.real.worker import RealWorker, RemoteError, WorkerDied, WorkerHung
+from kvparity.model.poison import POISON
 
 # The versions the worker tests drive (KVPARITY_REAL_SGLANG_VERSIONS=0.5.3,0.5.4 to choose).
 WORKER_VERSIONS = tuple(
@@ -345,7 +345,7 @@ def _row(*values: int) -> list[int]:
 
 
 EMPTY = _row()
-# Hand-computed from SPEC sections 1 and 6 for the smoke sequence (parity/real/smoke.py) with
+# Hand-computed from SPEC sections 1 and 6 for the smoke sequence (kvparity/engine/real/smoke.py) with
 # pool_rows 4, max_context_len 16, kv_slots 32, need_sort False. Same for 0.5.3 and 0.5.3.post1,
 # both backends.
 EXPECTED = {

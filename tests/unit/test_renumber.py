@@ -1,4 +1,4 @@
-"""Comparison up to renumbering (``parity.renumber``), on hand-built snapshots: a permutation of
+"""Comparison up to renumbering (``kvparity.judge.renumber``), on hand-built snapshots: a permutation of
 free pages is "renumbered", a map that contradicts itself later is "divergent" (saying which map
 and where), and a difference in anything that is no number is "divergent" too."""
 
@@ -8,10 +8,10 @@ import dataclasses
 
 import torch
 
-from parity.poison import POISON
-from parity.renumber import DIVERGENT, EXACT, RENUMBERED, renumbering_verdict
-from parity.scheduler import StageRecord
-from parity.snapshot import RequestView, Snapshot
+from kvparity.engine.scheduler import StageRecord
+from kvparity.engine.snapshot import RequestView, Snapshot
+from kvparity.judge.renumber import DIVERGENT, EXACT, RENUMBERED, renumbering_verdict
+from kvparity.model.poison import POISON
 
 
 def view(row, prefix=(), fill=(5, 6), status="running") -> RequestView:

@@ -6,11 +6,11 @@ from __future__ import annotations
 import pytest
 import torch
 
-import legacy
-import refactored
-from kernels.runtime import DEVICE
-from mem_cache.radix_cache import RadixKey
-from parity.world import VERSIONS, Geometry, build_world
+from kvparity import legacy, refactored
+from kvparity.engine.world import build_world
+from kvparity.kernels.runtime import DEVICE
+from kvparity.mem_cache.radix_cache import RadixKey
+from kvparity.model.worlds import VERSIONS, Geometry
 
 PROMPT = [10, 11, 12, 13, 14, 15]
 

@@ -9,7 +9,7 @@ import sys
 import pytest
 import torch
 
-from kernels import runtime
+from kvparity.kernels import runtime
 
 
 def test_mode_matches_the_device():

@@ -19,10 +19,10 @@ import time
 import pytest
 import torch
 
-from kernels import runtime
-from parity.checker import check_candidate, judge
-from parity.sandbox import Sandbox
-from parity.target_inputs import GUARD, KernelBatch, materialise
+from kvparity.candidate.check import check_candidate, judge
+from kvparity.candidate.inputs import GUARD, KernelBatch, materialise
+from kvparity.candidate.sandbox import Sandbox
+from kvparity.kernels import runtime
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 TARGET = "write_cache_indices"
@@ -95,7 +95,7 @@ def test_a_grandchild_holding_the_pipe_does_not_turn_a_death_into_a_timeout(func
     with Sandbox(call_timeout=timeout) as box:
         assert box.load(TARGET, spec("sbx_fork_grandchild_crash", function)).status == "loaded"
         start = time.monotonic()
-        outcome = box.call(TARGET, spec("sbx_fork_grandchild_crash", function), BATCH.to_json())
+        outcome = box.call(TARGET, spec("sbx_fork_grandchild_crash", function), BATCH.to_dict())
         elapsed = time.monotonic() - start
     grandchildren = _pids(tmp_path / "pids")
     try:
@@ -119,13 +119,13 @@ def test_new_sessions_and_daemons_die_when_a_call_times_out(tmp_path, monkeypatc
     started: list[int] = []
     try:
         with Sandbox(call_timeout=2.0) as box:
-            first = box.call(TARGET, spec("sbx_setsid_daemon"), BATCH.to_json())
+            first = box.call(TARGET, spec("sbx_setsid_daemon"), BATCH.to_dict())
             assert first.status == "returned", first
             started = _pids(tmp_path / "pids")
             assert len(started) == 3 and all(_alive(p) for p in started), started  # setsid'd, double-forked
             # A hang (its module, loaded again for this function, may start three more): the timeout
             # ends the worker and all of them, though none of them is in the worker's session.
-            hung = box.call(TARGET, spec("sbx_setsid_daemon", "hangs_after_spawning"), BATCH.to_json())
+            hung = box.call(TARGET, spec("sbx_setsid_daemon", "hangs_after_spawning"), BATCH.to_dict())
             assert name_of(hung) == "timed_out", hung
             started = _pids(tmp_path / "pids")
             assert not _still_alive(started, grace=0.5), "a timed-out call left processes alive"
@@ -162,7 +162,7 @@ def test_after_the_check_no_process_the_candidate_started_is_alive(tmp_path, mon
     ids=["KeyboardInterrupt", "sys.exit(3)", "sys.exit('bye')", "os._exit(5)", "exception"],
 )
 def test_each_fault_is_named_exactly(name, function, kind, words, sandbox):
-    outcome = sandbox.call(TARGET, spec(name, function), BATCH.to_json())
+    outcome = sandbox.call(TARGET, spec(name, function), BATCH.to_dict())
     assert name_of(outcome) == kind, outcome
     for word in words:
         assert word in outcome.error, outcome.error
@@ -185,7 +185,7 @@ def test_each_fault_is_named_exactly(name, function, kind, words, sandbox):
     ids=["300 past a 1-D tensor", "a row past the table's margin"],
 )
 def test_a_store_past_the_margin_lands_in_a_guard_every_time(function, hit, sandbox):
-    outcomes = [sandbox.call(TARGET, spec("sbx_far_store", function), BATCH.to_json()) for _ in range(3)]
+    outcomes = [sandbox.call(TARGET, spec("sbx_far_store", function), BATCH.to_dict()) for _ in range(3)]
     assert [name_of(o) for o in outcomes] == ["guard_damaged"] * 3, outcomes[0]
     assert len({o.error for o in outcomes}) == 1, [o.error for o in outcomes]
     assert hit in outcomes[0].error, outcomes[0].error
@@ -198,7 +198,7 @@ def test_a_store_past_every_guard_faults_every_time(sandbox):
     lands in the guard after the last region (the same cell every time)."""
     errors = []
     for batch in (BATCH, OTHER_BATCH, BATCH):
-        outcome = sandbox.call(TARGET, spec("sbx_far_store", "past_every_guard"), batch.to_json())
+        outcome = sandbox.call(TARGET, spec("sbx_far_store", "past_every_guard"), batch.to_dict())
         if runtime.DEVICE.type == "cpu":
             assert name_of(outcome) == "crashed" and "killed by SIGSEGV" in outcome.error, outcome
         else:
@@ -218,14 +218,14 @@ def test_the_check_of_a_far_store_has_the_same_verdict_every_run(sandbox):
 
 
 def test_a_store_through_an_empty_tensor_lands_in_its_guard(sandbox):
-    outcome = sandbox.call(TARGET, spec("sbx_empty_tensor_write"), BATCH.to_json())
+    outcome = sandbox.call(TARGET, spec("sbx_empty_tensor_write"), BATCH.to_dict())
     fault = judge(outcome, BATCH, runtime.DEVICE)
     assert fault is not None and fault.kind == "guard_damaged", (outcome, fault and fault.describe())
     assert "prefix_tensors[1]: guard at index 0 (after the tensor of 0) holds 7" in fault.describe()
 
 
 def test_guarded_memory_keeps_the_layout_and_gives_empty_tensors_real_addresses():
-    from parity.sandbox_guard import VECTOR_MOAT, AddressedView, GuardedMemory
+    from kvparity.candidate.sandbox_guard import VECTOR_MOAT, AddressedView, GuardedMemory
 
     memory = GuardedMemory(BATCH, torch.device("cpu"))
     try:
@@ -249,16 +249,16 @@ def test_guarded_memory_keeps_the_layout_and_gives_empty_tensors_real_addresses(
 
 @linux_only
 def test_a_broken_reply_stream_is_the_workers_fault_not_a_crash_of_kvparity(sandbox):
-    outcome = sandbox.call(TARGET, spec("sbx_protocol_garbage"), BATCH.to_json())
+    outcome = sandbox.call(TARGET, spec("sbx_protocol_garbage"), BATCH.to_dict())
     assert name_of(outcome) == "crashed" and "malformed reply" in outcome.error, outcome
-    assert sandbox.call(TARGET, spec("wci_torch_faithful"), BATCH.to_json()).status == "returned"
+    assert sandbox.call(TARGET, spec("wci_torch_faithful"), BATCH.to_dict()).status == "returned"
 
 
 # ------------------------------------------------------------------ 5. capped output
 
 
 def test_cap_text_keeps_head_and_tail_and_marks_the_cut():
-    from parity.sandbox import cap_text
+    from kvparity.candidate.sandbox import cap_text
 
     assert cap_text("short") == "short"
     text = "HEAD" + "x" * (4 << 20) + "TAIL"
@@ -279,7 +279,7 @@ def test_a_huge_line_before_a_crash_is_cut_in_the_report_and_the_json(sandbox):
 
 
 def test_a_huge_exception_message_and_load_error_are_cut(sandbox):
-    outcome = sandbox.call(TARGET, spec("sbx_huge_line_crash", "raises_huge"), BATCH.to_json())
+    outcome = sandbox.call(TARGET, spec("sbx_huge_line_crash", "raises_huge"), BATCH.to_dict())
     assert name_of(outcome) == "raised", outcome.error[:300]
     for text in (outcome.error, outcome.reply["traceback"]):
         assert len(text.encode()) < 6000 and "bytes cut" in text, len(text)

@@ -1,4 +1,4 @@
-"""The plug-in targets' registry (``parity.targets``): every record is whole and its parts fit
+"""The plug-in targets' registry (``kvparity.candidate.targets``): every record is whole and its parts fit
 together, an unknown name is refused naming the known ones, and every error input is refused
 with exactly its violation (before any candidate is loaded)."""
 
@@ -9,11 +9,11 @@ import dataclasses
 import pytest
 import torch
 
-from parity.candidates import SIGNATURES
-from parity.checker import replay_batch
-from parity.contract import ContractError
-from parity.target_inputs import KernelBatch, candidate_args, contract_violations, materialise, reference_effect
-from parity.targets import CHECK_TARGETS, REGISTRY, TARGETS, WHOLE_PATH, Target, lookup
+from kvparity.candidate.check import replay_batch
+from kvparity.candidate.inputs import KernelBatch, candidate_args, contract_violations, materialise, reference_effect
+from kvparity.candidate.loader import SIGNATURES
+from kvparity.candidate.targets import CHECK_TARGETS, REGISTRY, TARGETS, WHOLE_PATH, Target, lookup
+from kvparity.model.contract import ContractError
 
 CPU = torch.device("cpu")
 # One small valid batch per target, by hand.

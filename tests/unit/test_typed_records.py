@@ -1,6 +1,6 @@
 """The typed records that replace string protocols: a world's identity, an oracle's violation, a
-stage's observations and outcome, and out of memory as a type (``parity.records``,
-``parity.world``, ``parity.oracles``, ``mem_cache.errors``). Each test shows one rule."""
+stage's observations and outcome, and out of memory as a type (``kvparity.model.records``,
+``kvparity.engine.world``, ``kvparity.judge.oracles``, ``mem_cache.errors``). Each test shows one rule."""
 
 from __future__ import annotations
 
@@ -8,14 +8,15 @@ import json
 
 import pytest
 
-from mem_cache.errors import Exhausted, KVOutOfMemory, RowsExhausted
-from parity.classes import classify
-from parity.oracles import Violation
-from parity.real.adapter import sglang_out_of_memory
-from parity.real.versions import entry
-from parity.records import LogprobAdmission, Note, StageRecord, error_text
-from parity.scenario import Scenario
-from parity.world import Geometry, World, WorldId
+from kvparity.engine.real.adapter import sglang_out_of_memory
+from kvparity.engine.real.versions import entry
+from kvparity.engine.world import World
+from kvparity.judge.oracles import Violation
+from kvparity.mem_cache.errors import Exhausted, KVOutOfMemory, RowsExhausted
+from kvparity.model.classes import classify
+from kvparity.model.records import LogprobAdmission, Note, StageRecord, error_text
+from kvparity.model.scenario import Scenario
+from kvparity.model.worlds import Geometry, WorldId
 
 
 def test_a_world_id_is_named_as_before_and_holds_its_parts_as_data():

@@ -1,0 +1,1 @@
+"""The ``kvparity`` command line: one module per subcommand."""

@@ -1,0 +1,18 @@
+"""Driving REAL SGLang releases as kvparity worlds.
+
+Every SGLang release is the package ``sglang``, so one process holds one version: real SGLang is
+only ever imported inside a worker subprocess (``python -m kvparity.engine.real.worker``), never in the
+kvparity / pytest process. Modules here that the parent imports (``install``, ``versions``,
+``worker``'s ``RealWorker``) never import sglang; ``adapter`` and ``standins`` are used inside the
+worker only.
+
+- ``install``:  ``resolve(spec)`` -> an ``SGLangSource`` (a pip-installed version, cached, or a path)
+- ``versions``: the adapter table, one frozen ``VersionEntry`` per supported version
+- ``standins``: import-only stand-ins for modules on SGLang's import chain this path never uses
+- ``adapter``:  ``build_real_world(...)`` (worker side)
+- ``worker``:   the worker process and the parent's ``RealWorker``
+"""
+
+
+class RealSGLangError(Exception):
+    """A problem with getting or running a real SGLang: one sentence naming it."""

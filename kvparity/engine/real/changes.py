@@ -1,0 +1,77 @@
+"""What changed on the KV-index path, release by release: the behaviour and numbering changes found
+by reading each release's wheel (``mem_cache/``, ``managers/schedule_batch.py``, the scheduler's
+row handling), with the pull request where one was found. ``kvparity matrix`` names, for every
+pair it compares, the changes of the releases between them, so that a reader can tell the changes
+a divergence comes from. Pure refactors and moves are in the adapter table
+(``kvparity.engine.real.versions.CHANGES``), not here.
+
+Kinds: "renumbering" (which row, page or slot a token gets, or the order of a free list, and
+nothing any token can see) or "behaviour" (a value a request or the tree ends up with).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from kvparity.engine.real.versions import version_key
+
+RENUMBERING, BEHAVIOUR = "renumbering", "behaviour"
+
+
+@dataclass(frozen=True)
+class Change:
+    release: str
+    kind: str
+    what: str
+    pull_request: str | None = None  # "#17850", or None where none was found
+
+
+CHANGES: tuple[Change, ...] = (
+    Change("0.5.3.post1", BEHAVIOUR, "PR #11200: write_cache_indices writes prefix and new slots in one kernel; "
+           "prefix_indices is an int64 tensor and the chunk cache keeps an int64 copy (no value changes)", "#11200"),
+    Change("0.5.3.post2", RENUMBERING, "RadixCache.cache_finished_req frees the unaligned paged tail after the duplicate "
+           "pages instead of before (free-list order)"),
+    Change("0.5.3.post2", BEHAVIOUR, "a finished request with no output token caches its whole prompt, not all but the "
+           "last token"),
+    Change("0.5.4", RENUMBERING, "Req.reset_for_retract keeps req_pool_idx (the row is free all the same)"),
+    Change("0.5.5.post1", BEHAVIOUR, "release lengths follow kv_committed_len (aborted or mid-chunk requests release only "
+           "what they were given); one access time per matched path (LRU ties)", "#12224"),
+    Change("0.5.6", BEHAVIOUR, "regression: RadixCache.cache_finished_req keys on req.fill_ids, so the tokens a request "
+           "decoded are not inserted into the tree at finish (their slots are freed); fixed in 0.5.9"),
+    Change("0.5.6", BEHAVIOUR, "cached_tokens and already_computed are updated only until a request is first retracted "
+           "(retracted_stain)"),
+    Change("0.5.7", BEHAVIOUR, "with return_logprob and logprob_start_len -1 the match is no longer capped at 0; "
+           "extend_logprob_start_len computed by Req.set_extend_input_len with a new formula"),
+    Change("0.5.9", RENUMBERING, "the chunked request keeps its row between chunks (ReqToTokenPool.alloc(reqs) reuses "
+           "it) instead of freeing and taking one again", "#17850"),
+    Change("0.5.9", BEHAVIOUR, "the PrefillAdder cuts a new request with Req.set_extend_input_len, which recomputes its "
+           "extend_logprob_start_len (before: extend_input_len assigned, the value of the match kept)"),
+    Change("0.5.9", BEHAVIOUR, "the finished request's decoded tokens are cached again (reverts the 0.5.6 regression)",
+           "#16521"),
+    Change("0.5.9", RENUMBERING, "RadixCache.evict takes candidates from a maintained evictable-leaf set (heap order on "
+           "exact ties)"),
+    Change("0.5.10", BEHAVIOUR, "retract_decode aborts the last request when even it does not fit, instead of raising",
+           "#19881"),
+    Change("0.5.11", RENUMBERING, "row 0 of req_to_token is reserved as padding: rows are 1..size", "#24243"),
+    Change("0.5.13", BEHAVIOUR, "the PrefillAdder recomputes extend_logprob_start_len (set_extend_input_len) for the "
+           "chunked request's next chunk too; fill_ids become full_untruncated_fill_ids up to fill_len"),
+    Change("0.5.15", BEHAVIOUR, "extend_logprob_start_len is computed by the batch (compute_extend_logprob_start_len), "
+           "no longer stored on the request; the fill boundary is Req.extend_range"),
+    Change("0.5.17", BEHAVIOUR, "evict_from_tree_cache evicts only the shortfall (num_tokens - available_size) instead "
+           "of num_tokens, so a retraction or an allocation keeps more of the tree"),
+    Change("0.5.18", RENUMBERING, "rows are popped from the tail of the free list (the last freed row is reused first); "
+           "its pull request: \"allocation order has no semantic meaning\"", "#32208"),
+    Change("0.5.19", BEHAVIOUR, "the request's row and KV lengths move to req.kv (ReqKvInfo); the scheduler builds "
+           "UnifiedRadixCache on the plain path (kvparity still drives RadixCache, see docs/matrix/README.md)"),
+    Change("0.5.20", RENUMBERING, "free pages are sorted near exhaustion whatever need_sort says; the torch allocation "
+           "fallback is vectorised", "#37938"),
+    Change("0.5.21", BEHAVIOUR, "cache_finished_req is gone: release_kv_cache inserts (insert_req), frees the row's own "
+           "KV (free_kv_row) and unpins; paged frees wait in staged_pages"),
+)
+
+
+def changes_between(reference: str, release: str) -> list[Change]:
+    """The changes of the releases after ``reference`` up to and including ``release`` (either
+    order: the range between the two)."""
+    low, high = sorted((reference, release), key=version_key)
+    return [c for c in CHANGES if version_key(low) < version_key(c.release) <= version_key(high)]

@@ -1,0 +1,126 @@
+"""Real SGLang worlds in the kvparity process: one worker process per SGLang (``RealWorker``), each
+playing whole scenarios with kvparity's scheduler loop (``kvparity.engine.real.play``) and sending back
+every stage's snapshot as plain data. Nothing here imports sglang.
+
+A world that dies or hangs is a ``RealFailure`` naming the version, the step and the operation it
+was in; the worker is restarted for the next scenario, and kvparity itself goes on.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from kvparity.engine.real import RealSGLangError
+from kvparity.engine.real.install import SGLangSource, resolve
+from kvparity.engine.real.play import STEP_MARK
+from kvparity.engine.real.worker import RealWorker, RemoteError, WorkerDied, WorkerHung
+from kvparity.engine.snapshot import Snapshot, snapshot_from_plain
+from kvparity.model.scenario import Scenario, scenario_to_dict
+from kvparity.model.worlds import WorldId
+
+BACKENDS = ("triton", "torch")
+DEFAULT_TIMEOUT_S = 120.0
+
+
+def source_label(source: SGLangSource) -> str:
+    """``sglang-0.5.3`` for an installed release; ``<folder>@<version>`` for a path (a checkout's
+    ``python/`` folder is named after the checkout)."""
+    if source.origin == "path":
+        folder = Path(source.path).resolve()
+        name = folder.parent.name if folder.name == "python" else folder.name
+        return f"{name}@{source.version}"
+    return f"sglang-{source.version}"
+
+
+@dataclass(frozen=True)
+class RealFailure:
+    """A real world that could not finish a scenario."""
+
+    world: str
+    kind: str  # died | hung | error
+    step: int | None  # the scenario step it was playing (None: before the first)
+    operation: str | None  # the innermost function it was in, when known
+    message: str
+
+    def line(self) -> str:
+        where = f"step {self.step}" if self.step is not None else "before the first step"
+        op = f", in {self.operation}" if self.operation else ""
+        return f"{self.world} {self.kind} at {where}{op}: {self.message}"
+
+
+_FRAME = re.compile(r'File "([^"]+)", line (\d+) in (\w+)')
+
+
+def _where(stderr: str) -> tuple[int | None, str | None]:
+    """The last step mark and the innermost SGLang or kvparity frame of a crash dump."""
+    step = None
+    for line in stderr.splitlines():
+        if line.startswith(STEP_MARK):
+            with contextlib.suppress(ValueError):  # a line the crash cut short
+                step = json.loads(line[len(STEP_MARK):])["index"]
+    for path, lineno, func in _FRAME.findall(stderr):  # faulthandler: most recent call first
+        if "sglang" in path or "triton" in path:
+            return step, f"{func} ({Path(path).name}:{lineno})"
+    return step, None
+
+
+class RealLane:
+    """Real worlds: ``specs`` are SGLang versions or paths (anything ``install.resolve`` takes)
+    or ``SGLangSource``s, each played on every backend in ``backends``. Its worlds (``ids``;
+    ``names``, their names ``<label>/<backend>``), in order: each label on each backend."""
+
+    def __init__(self, specs: list[Any], backends: tuple[str, ...] = BACKENDS, *, timeout: float = DEFAULT_TIMEOUT_S):
+        unknown = [b for b in backends if b not in BACKENDS]
+        if unknown or not backends:
+            raise RealSGLangError(f"backends {list(backends)}: expected some of {BACKENDS}")
+        self.sources = [s if isinstance(s, SGLangSource) else resolve(str(s)) for s in specs]
+        self.backends = tuple(backends)
+        self.labels = [source_label(s) for s in self.sources]
+        self.workers = {
+            label: RealWorker(source, plugins=("kvparity.engine.real.play",), call_timeout=timeout)
+            for label, source in zip(self.labels, self.sources)
+        }
+        self.ids = tuple(
+            WorldId(label, b, source.entry.family, source.version)
+            for label, source in zip(self.labels, self.sources) for b in self.backends
+        )
+        self.names = tuple(str(world) for world in self.ids)
+
+    def start(self) -> None:
+        for worker in self.workers.values():
+            if not worker.alive:
+                worker.start()
+
+    def close(self) -> None:
+        for worker in self.workers.values():
+            worker.close()
+
+    def __enter__(self) -> RealLane:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    def play(self, scenario: Scenario, stop_before: int | None = None) -> dict[str, list[Snapshot] | RealFailure]:
+        """Every real world's snapshots of ``scenario`` (steps before ``stop_before``), or how it failed."""
+        data = scenario_to_dict(scenario)
+        out: dict[str, list[Snapshot] | RealFailure] = {}
+        for world in self.ids:
+            worker, name = self.workers[world.version], str(world)
+            try:
+                reply = worker.call("play", backend=world.backend, scenario=data, stop_before=stop_before)
+            except (WorkerDied, WorkerHung) as exc:
+                step, operation = _where(getattr(exc, "stderr_tail", "") or worker.last_stderr)
+                kind = "died" if isinstance(exc, WorkerDied) else "hung"
+                out[name] = RealFailure(name, kind, step, operation, str(exc).splitlines()[0])
+                continue
+            except RemoteError as exc:
+                out[name] = RealFailure(name, "error", None, None, f"{exc.type}: {exc.remote_message}")
+                continue
+            out[name] = [snapshot_from_plain(s) for s in reply["snapshots"]]
+        return out

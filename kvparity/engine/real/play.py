@@ -1,0 +1,50 @@
+"""Worker plugin: play a whole scenario on a real SGLang world with kvparity's own scheduler loop
+(``kvparity.engine.scheduler.Scheduler``, the same loop the modelled worlds use) and send back a snapshot
+after every stage, as plain data (``kvparity.engine.snapshot.snapshot_to_plain``).
+
+Loaded with ``RealWorker(source, plugins=("kvparity.engine.real.play",))``. Before each step the worker
+writes ``kvparity-step: {"index": ..., "step": ...}`` (JSON) to its stderr, so that when a real kernel kills the
+process the parent can say at which step and in which operation it died.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from typing import Any
+
+from kvparity.engine.real.adapter import build_real_world
+from kvparity.engine.real.worker import Context, remote
+from kvparity.engine.scheduler import Scheduler, StageRecord
+from kvparity.engine.snapshot import snapshot_to_plain, take_snapshot
+from kvparity.kernels import runtime
+from kvparity.model.scenario import scenario_from_dict
+from kvparity.model.worlds import Geometry
+
+STEP_MARK = "kvparity-step: "  # then the step as JSON: {"index": 3, "step": "Extend(...)"}
+
+
+def _mark(index: int, step: Any) -> None:
+    sys.stderr.write(STEP_MARK + json.dumps({"index": index, "step": str(step)}) + "\n")
+    sys.stderr.flush()
+
+
+@remote
+def play(ctx: Context, backend: str, scenario: dict[str, Any], stop_before: int | None = None) -> dict[str, Any]:
+    """Play ``scenario`` (``scenario_to_dict`` form) on this worker's SGLang with ``backend``, up
+    to (not including) step ``stop_before``; return every stage's snapshot (the start first)."""
+    entry = ctx.require_sglang()
+    parsed = scenario_from_dict(scenario)
+    started = time.monotonic()
+    device = str(runtime.DEVICE)  # the CPU under Triton's interpreter, or the GPU (compiled Triton)
+    world = build_real_world(entry, backend, Geometry(**scenario["geometry"]), parsed.cache_kind, device)
+    scheduler = Scheduler(world, parsed)
+    snapshots = [snapshot_to_plain(take_snapshot(scheduler, StageRecord(step=-1, kind="start")))]
+    for index, step in enumerate(parsed.steps):
+        if scheduler.halted or (stop_before is not None and index >= stop_before):
+            break
+        _mark(index, step)
+        for record in scheduler.apply(index, step):
+            snapshots.append(snapshot_to_plain(take_snapshot(scheduler, record)))
+    return {"world": world.name, "snapshots": snapshots, "seconds": round(time.monotonic() - started, 4)}

@@ -1,0 +1,300 @@
+"""The version adapter table: what differs, on the KV-index path, between the SGLang releases
+kvparity drives for real. One frozen ``VersionEntry`` per supported version.
+
+Every entry was written from the release's own source (``pip download --no-deps sglang==V``) and is
+checked against the imported code when a worker starts (``adapter.verify_entry``), so a wrong
+entry fails loudly instead of driving the wrong code. This module never imports sglang.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from dataclasses import dataclass, field
+
+from kvparity.engine.real import RealSGLangError
+
+# Qualified names ("module:attribute" or "module:Class.method") of where things live.
+_SB = "sglang.srt.managers.schedule_batch"
+_COMMON = "sglang.srt.mem_cache.common"
+_ALLOCATION = "sglang.srt.mem_cache.allocation"  # the allocation half of common.py, from 0.5.16
+_SERVER_ARGS = "sglang.srt.server_args"
+
+# ``ScheduleBatch.init_new`` and ``ScheduleBatch.release_req``: the same in 0.5.3 .. 0.5.4.
+# ("remaing" is SGLang's spelling.)
+_INIT_NEW = (
+    "reqs", "req_to_token_pool", "token_to_kv_pool_allocator", "tree_cache", "model_config",
+    "enable_overlap", "spec_algorithm", "chunked_req",
+)
+_RELEASE_REQ = ("idx", "remaing_req_count", "server_args")
+
+# SGLang's out-of-memory RuntimeError messages start with these (kvparity classifies failures by
+# them). Keys: "rows" (alloc_req_slots), "extend_1" (page size 1 extend), "extend_paged",
+# "decode_1", "decode_paged".
+_OOM_SCHEDULE_BATCH = {
+    "rows": "alloc_req_slots runs out of memory.",
+    "extend_1": "Prefill out of memory.",  # f"{phase_str} out of memory." with phase "Prefill"
+    "extend_paged": "Prefill out of memory.",
+    "decode_1": "Decode out of memory.",
+    "decode_paged": "Decode out of memory.",
+}
+_OOM_COMMON = {
+    "rows": "alloc_req_slots runs out of memory.",
+    "extend_1": "Out of memory.",  # mem_cache/common.py alloc_token_slots: no phase word any more
+    "extend_paged": "Prefill out of memory.",
+    "decode_1": "Out of memory.",
+    "decode_paged": "Decode out of memory.",
+}
+
+
+@dataclass(frozen=True)
+class VersionEntry:
+    version: str  # "0.5.3"
+    family: str  # "legacy" (before PR #11200) or "refactored"
+    # Where the refactored prefix+extend write lives; None when the version has none (legacy
+    # writes the prefix in its per-request loop and the extend part with its own kernel).
+    write_cache_indices: str | None
+    # Where get_last_loc lives (legacy calls it on the extend path; later versions do not).
+    get_last_loc: str
+    # Where the KV allocation of prepare_for_extend lives (its alloc_extend call is where
+    # ``last_loc`` is observed).
+    alloc_extend_caller: str
+    # How the scheduler's global server arguments are set:
+    #   "dict": update the module dict ``global_server_args_dict`` of schedule_batch with
+    #           ``speculative_algorithm`` (SpeculativeAlgorithm.NONE, as ModelRunner does) and
+    #           ``attention_backend``;
+    #   "server_args": ``server_args.set_global_server_args_for_scheduler(ServerArgs)``; readers
+    #           call ``get_global_server_args()``.
+    globals_style: str
+    globals_target: str
+    init_new_params: tuple[str, ...] = _INIT_NEW
+    release_req_params: tuple[str, ...] = _RELEASE_REQ
+    # What ScheduleBatch.release_req does with a radix-cache request:
+    #   "free_row_columns": frees row columns [floor(len(prefix)/ps)*ps, seq_len), frees the row,
+    #                       dec_lock_ref, evicts remaining*retract_decode_steps;
+    #   "cache_finished_req_no_insert": tree_cache.cache_finished_req(req, is_insert=False), then
+    #                       the same eviction.
+    release_req_kind: str = "free_row_columns"
+    # Where the retract eviction step count (20) comes from.
+    retract_decode_steps: str = "sglang.global_config:global_config.retract_decode_steps"
+    # Req.prefix_indices default and reset_for_retract value: "list" ([]) or "int64" (empty tensor).
+    prefix_default: str = "int64"
+    # ChunkCache.cache_unfinished_req: "int32 view" (aliases req_to_token) or "int64 copy".
+    chunk_prefix: str = "int64 copy"
+    # RadixCache.cache_finished_req, paged: free the unaligned tail "first" or "last".
+    finished_tail_free: str = "first"
+    # How Req.is_prefill_only (max_new_tokens == 0 and no speculative decoding) reads the global
+    # speculative algorithm:
+    #   "dict is None": global_server_args_dict["speculative_algorithm"] is None. A real 0.5.3
+    #       server's ModelRunner stores SpeculativeAlgorithm.NONE there, so no request is ever
+    #       prefill-only in 0.5.3 (its logprob_start_len is then len - 1, not len);
+    #   "dict None or NONE": the same dict, None or SpeculativeAlgorithm.NONE (0.5.3.post1);
+    #   "server_args is None": get_global_server_args().speculative_algorithm is None (the
+    #       ServerArgs string field, None without speculative decoding).
+    prefill_only_spec_check: str = "server_args is None"
+    # Req.reset_for_retract sets req_pool_idx = None (0.5.4 no longer does: a retracted request
+    # keeps the index of the row it gave back until its next prepare_for_extend).
+    retract_clears_req_pool_idx: bool = True
+    oom_messages: dict[str, str] = field(default_factory=lambda: dict(_OOM_SCHEDULE_BATCH))
+    # The Req field holding the matched prefix length the cache protects (renamed in 0.5.6).
+    protected_len_field: str = "last_matched_prefix_len"
+    # How the PrefillAdder sets a request's fill boundary: "assign" (fill_ids and extend_input_len
+    # assigned on a cut), "setter" (0.5.9+: a new request cut with Req.set_extend_input_len),
+    # "fill_len" (0.5.13+: full_untruncated_fill_ids and fill_len, set for every admitted request),
+    # "extend_range" (0.5.16+: Req.set_extend_range; extend lengths are computed, not stored).
+    admission: str = "assign"
+    # The scheduler frees the chunked request's row after caching it (up to 0.5.8; from 0.5.9 the
+    # request keeps its row and ReqToTokenPool.alloc(reqs) reuses it).
+    stash_frees_row: bool = True
+    # What the scheduler calls when a request finishes: None (tree_cache.cache_finished_req), or
+    # where ``release_kv_cache(req, tree_cache)`` lives (0.5.5.post1+: it wraps cache_finished_req
+    # and, from 0.5.16, passes kv_len_to_handle and frees the row itself).
+    finish_via: str | None = None
+    # The request's row and KV lengths live in ``req.kv`` (a ReqKvInfo, 0.5.20+), not on Req.
+    req_kv_info: bool = False
+    # The parameter object RadixCache.evict takes (0.5.9+; before, the number of tokens).
+    evict_params: str | None = None
+    # What the tokenizer hands Req as origin_input_ids: "list", or "array" (array("q"), 0.5.13+).
+    input_ids_type: str = "list"
+    # Where ChunkCache lives (None: the release has none, 0.5.22+).
+    chunk_cache: str | None = "sglang.srt.mem_cache.chunk_cache:ChunkCache"
+    # The one parameter object the caches take from 0.5.6 (None before: keyword arguments).
+    cache_init_params: str | None = None
+
+    @property
+    def prefill_only_possible(self) -> bool:
+        """Whether a real server of this version ever treats a request as prefill-only."""
+        return self.prefill_only_spec_check != "dict is None"
+
+    @property
+    def label(self) -> str:
+        return f"sglang-{self.version}"
+
+    def oom_kind(self, message: str) -> str | None:
+        """Which of SGLang's out-of-memory errors ``message`` is (a key of ``oom_messages``), or None."""
+        for kind, start in self.oom_messages.items():
+            if message.startswith(start):
+                return kind
+        return None
+
+
+def _chain(first: VersionEntry, *changes: tuple[str, dict[str, object]]) -> list[VersionEntry]:
+    """Each release after ``first`` as the release before it plus what changed on this path (the
+    changes are the table's documentation: one release, one dict of fields)."""
+    entries = [first]
+    for version, fields in changes:
+        entries.append(dataclasses.replace(entries[-1], version=version, **fields))  # type: ignore[arg-type]
+    return entries
+
+
+_FIRST = VersionEntry(
+    version="0.5.3",
+    family="legacy",
+    write_cache_indices=None,
+    get_last_loc=f"{_SB}:get_last_loc",
+    alloc_extend_caller=f"{_SB}:ScheduleBatch.alloc_paged_token_slots_extend",
+    globals_style="dict",
+    globals_target=f"{_SB}:global_server_args_dict",
+    prefix_default="list",
+    chunk_prefix="int32 view",
+    prefill_only_spec_check="dict is None",
+)
+
+# Release -> the fields that differ from the release before it.
+CHANGES: tuple[tuple[str, dict[str, object]], ...] = (
+    ("0.5.3.post1", dict(
+        family="refactored", write_cache_indices=f"{_SB}:ScheduleBatch.write_cache_indices",
+        prefix_default="int64", chunk_prefix="int64 copy", prefill_only_spec_check="dict None or NONE",
+    )),
+    ("0.5.3.post2", dict(
+        write_cache_indices=f"{_COMMON}:write_cache_indices", get_last_loc=f"{_COMMON}:get_last_loc",
+        alloc_extend_caller=f"{_COMMON}:alloc_paged_token_slots_extend", globals_style="server_args",
+        globals_target=f"{_SERVER_ARGS}:set_global_server_args_for_scheduler",
+        release_req_kind="cache_finished_req_no_insert",
+        retract_decode_steps="sglang.srt.environ:envs.SGLANG_RETRACT_DECODE_STEPS",
+        finished_tail_free="last", oom_messages=dict(_OOM_COMMON), prefill_only_spec_check="server_args is None",
+    )),
+    ("0.5.3.post3", dict()),
+    ("0.5.4", dict(retract_clears_req_pool_idx=False)),
+    ("0.5.4.post1", dict()),
+    ("0.5.4.post2", dict()),
+    ("0.5.4.post3", dict()),
+    ("0.5.5", dict()),
+    ("0.5.5.post1", dict(finish_via=f"{_COMMON}:release_kv_cache")),
+    ("0.5.5.post2", dict()),
+    ("0.5.5.post3", dict()),
+    ("0.5.6", dict(
+        init_new_params=_INIT_NEW + ("dllm_config",),
+        cache_init_params="sglang.srt.mem_cache.cache_init_params:CacheInitParams",
+        protected_len_field="cache_protected_len",
+    )),
+    ("0.5.6.post1", dict()),
+    ("0.5.6.post2", dict()),
+    ("0.5.7", dict()),
+    ("0.5.8", dict(init_new_params=_INIT_NEW + ("dllm_staging_reqs", "dllm_config"))),
+    ("0.5.8.post1", dict()),
+    ("0.5.9", dict(
+        init_new_params=_INIT_NEW + ("dllm_config",), admission="setter", stash_frees_row=False,
+        evict_params="sglang.srt.mem_cache.base_prefix_cache:EvictParams",
+    )),
+    ("0.5.10", dict()),
+    ("0.5.10.post1", dict()),
+    ("0.5.11", dict()),
+    ("0.5.12", dict()),
+    ("0.5.12.post1", dict()),
+    ("0.5.13", dict(input_ids_type="array", admission="fill_len")),
+    ("0.5.13.post1", dict()),
+    ("0.5.14", dict()),
+    ("0.5.15", dict(admission="extend_range")),
+    ("0.5.15.post1", dict()),
+    ("0.5.16", dict(
+        write_cache_indices=f"{_ALLOCATION}:write_cache_indices", get_last_loc=f"{_ALLOCATION}:get_last_loc",
+        alloc_extend_caller=f"{_ALLOCATION}:alloc_paged_token_slots_extend",
+    )),
+    ("0.5.17", dict()),
+    ("0.5.18", dict(release_req_params=_RELEASE_REQ + ("offload_kv",))),
+    ("0.5.19", dict(
+        release_req_params=("idx", "remaing_req_count", "offload_kv"), req_kv_info=True,
+        protected_len_field="kv.cache_protected_len",
+    )),
+    ("0.5.20", dict()),
+    ("0.5.21", dict()),
+)
+
+SUPPORTED: dict[str, VersionEntry] = {e.version: e for e in _chain(_FIRST, *CHANGES)}
+
+# Releases on the package index that kvparity cannot drive yet, each with the concrete reason
+# (found by importing and driving each one; see docs/matrix/README.md).
+NOT_DRIVEN: dict[str, str] = {
+    "0.5.22": (
+        "the state model changed: ChunkCache and Req.prefix_indices are removed (a disabled "
+        "radix cache is a disabled UnifiedRadixCache, the prefix is read from the row or the tree path) "
+        "and RadixCache has no cache_unfinished_req any more (the cache API became checkpoint / finish / "
+        "claim_kv_row); kvparity's scheduler loop and snapshots need an adapter for that model"
+    ),
+    "0.5.23": (
+        "the 0.5.22 state model; besides, sglang's import chain now reaches "
+        "sglang/kernels/ops/communication/all_reduce.py, which imports tvm_ffi (Apache TVM's compiled "
+        "FFI package) unconditionally"
+    ),
+}
+
+# A PEP 440 release as SGLang publishes them: N.N.N[.postN], optionally rcN / .devN.
+_VERSION_RE = re.compile(r"^(\d+)\.(\d+)\.(\d+)(?:(a|b|rc)(\d+))?(?:\.post(\d+))?(?:\.dev(\d+))?$")
+
+
+def parse_version(text: str) -> str:
+    """``"0.5.3"``, ``"sglang==0.5.3"`` or ``" v0.5.3.post1 "`` -> the bare version string.
+    Raises RealSGLangError for anything else."""
+    raw = text.strip()
+    bare = raw[len("sglang=="):].strip() if raw.lower().startswith("sglang==") else raw
+    if bare[:1] in ("v", "V"):
+        bare = bare[1:]
+    if not _VERSION_RE.match(bare):
+        raise RealSGLangError(
+            f"{text!r} is not an SGLang version: expected a release such as 0.5.3 or "
+            f"sglang==0.5.3.post1, or a path to a folder holding the sglang package"
+        )
+    return bare
+
+
+def version_key(version: str) -> tuple[int, ...]:
+    """Sort key: releases in PEP 440 order (dev < a < b < rc < final < post) for the forms above."""
+    m = _VERSION_RE.match(version)
+    if m is None:
+        raise RealSGLangError(f"{version!r} is not an SGLang version")
+    major, minor, micro, pre_kind, pre_num, post, dev = m.groups()
+    phase = {"a": -3, "b": -2, "rc": -1, None: 0}[pre_kind]
+    if pre_kind is None and post is None and dev is not None:
+        phase = -4  # 1.0.0.dev1 sorts before 1.0.0a1
+    return (
+        int(major), int(minor), int(micro), phase, int(pre_num or 0),
+        int(post) if post is not None else -1, int(dev) if dev is not None else 1 << 30,
+    )
+
+
+def nearest_supported(version: str) -> str:
+    """The supported version closest to ``version``: one sharing its N.N.N release if any (the
+    latest of them below it, else the earliest above), else the neighbour below it in release
+    order (the earliest supported one when it is older than all)."""
+    key = version_key(version)
+    ordered = sorted(SUPPORTED, key=version_key)
+    same_release = [v for v in ordered if version_key(v)[:3] == key[:3]]
+    pool = same_release or ordered
+    below = [v for v in pool if version_key(v) < key]
+    return below[-1] if below else pool[0]
+
+
+def entry(version: str) -> VersionEntry:
+    """The adapter entry of ``version`` (any form ``parse_version`` accepts); an unsupported version
+    is refused with a RealSGLangError naming the nearest supported one."""
+    bare = parse_version(version)
+    if bare in SUPPORTED:
+        return SUPPORTED[bare]
+    if bare in NOT_DRIVEN:
+        raise RealSGLangError(f"SGLang {bare} cannot be driven by kvparity yet: {NOT_DRIVEN[bare]}")
+    near = nearest_supported(bare)
+    raise RealSGLangError(
+        f"SGLang {bare} is not supported by kvparity's real-SGLang adapter (supported: "
+        f"{', '.join(sorted(SUPPORTED, key=version_key))}); the nearest supported version is {near}"
+    )

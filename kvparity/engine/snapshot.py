@@ -1,0 +1,247 @@
+"""A snapshot of one world after one stage: everything SPEC section 7 says must be equal, as plain
+CPU values, plus what the oracles need (each request's status and the slots it holds)."""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from kvparity.engine.scheduler import Scheduler, StageRecord, dtype_name
+from kvparity.kernels import runtime
+
+REQUEST_FIELDS = (
+    "status",
+    "fill_ids",
+    "extend_input_len",
+    "req_pool_idx",
+    "cached_tokens",
+    "already_computed",
+    "extend_logprob_start_len",
+    "last_matched_prefix_len",
+    "output_len",
+    "prefix_values",
+)
+
+
+@dataclass(frozen=True)
+class RequestView:
+    status: str
+    fill_ids: tuple[int, ...]
+    extend_input_len: int
+    req_pool_idx: int | None
+    cached_tokens: int
+    already_computed: int
+    extend_logprob_start_len: int
+    last_matched_prefix_len: int
+    output_len: int
+    prefix_values: tuple[int, ...]
+    prefix_kind: str  # e.g. "list", "torch.int64 cpu copy", "torch.int32 view of row 3"
+    alias_row: int | None  # the req_to_token row a view prefix points into, else None
+    held: tuple[int, ...]  # KV slots this request holds (for conservation)
+    slotted: int = 0  # how many of its tokens have a KV slot: its row's live columns [0, slotted)
+
+
+_VIEW_FIELDS = frozenset(f.name for f in dataclasses.fields(RequestView))
+
+
+@dataclass
+class Snapshot:
+    record: StageRecord
+    req_to_token: torch.Tensor
+    free_pages: torch.Tensor
+    release_pages: torch.Tensor
+    available_size: int
+    free_rows: tuple[int, ...]
+    tree: tuple
+    tree_slots: tuple[int, ...]
+    requests: dict[str, RequestView]
+
+    # Derived sets, computed once per snapshot: the oracles read each snapshot twice (as the
+    # stage's "after", then as the next stage's "before") and several oracles need the same set.
+    # A snapshot is never changed after it is taken, so nothing here goes stale.
+    @functools.cached_property
+    def free_list(self) -> list[int]:
+        """Free page ids (slots when page_size is 1): ``free_pages`` then ``release_pages``."""
+        return self.free_pages.tolist() + self.release_pages.tolist()
+
+    @functools.cached_property
+    def free_set(self) -> frozenset[int]:
+        return frozenset(self.free_list)
+
+    @functools.cached_property
+    def tree_slot_set(self) -> frozenset[int]:
+        return frozenset(self.tree_slots)
+
+    @functools.cached_property
+    def request_held(self) -> frozenset[int]:
+        """Every KV slot some request holds (the tree's excluded)."""
+        return frozenset().union(*(view.held for view in self.requests.values()))
+
+    @functools.cached_property
+    def held_slots(self) -> frozenset[int]:
+        """Every KV slot held by the tree or by a request."""
+        return self.tree_slot_set | self.request_held
+
+
+def _alias_row(prefix: Any, table: torch.Tensor) -> int | None:
+    if not isinstance(prefix, torch.Tensor) or prefix.numel() == 0:
+        return None
+    if prefix.untyped_storage().data_ptr() != table.untyped_storage().data_ptr():
+        return None
+    return (prefix.data_ptr() - table.data_ptr()) // (table.stride(0) * table.element_size())
+
+
+def prefix_kind(prefix: Any, alias_row: int | None, *, golden: bool = False) -> str:
+    """What a request's prefix is: "list", "torch.int64 cpu tensor", "torch.int32 view of row 3".
+    A golden file's wording (``golden=True``) leaves the device out, so that one file holds on CPU
+    and GPU, and says when a tensor is not contiguous: "int64 tensor", "int32 view of row 3"."""
+    if not isinstance(prefix, torch.Tensor):
+        return type(prefix).__name__
+    if golden:
+        kind = f"{dtype_name(prefix)} view of row {alias_row}" if alias_row is not None else f"{dtype_name(prefix)} tensor"
+        return kind if prefix.is_contiguous() else kind + " (not contiguous)"
+    if alias_row is not None:
+        return f"{prefix.dtype} view of row {alias_row}"
+    return _tensor_kind(prefix.dtype, prefix.device.type)
+
+
+@functools.cache
+def _tensor_kind(dtype: torch.dtype, device_type: str) -> str:
+    # Formatting a dtype is slow next to the rest of a request's view, and there are few of them.
+    return f"{dtype} {device_type} tensor"
+
+
+# Tensors whose ``tolist`` already gives Python ints (a float or bool prefix, a bug, still goes
+# through ``int`` as every list prefix does).
+_INT_DTYPES = runtime.INT_DTYPES
+
+
+def _prefix_values(prefix: Any, values: list[Any] | None) -> tuple[int, ...]:
+    """The prefix's values as ints; ``values`` is a tensor prefix's ``tolist``, read already."""
+    if isinstance(prefix, torch.Tensor):
+        values = values or []
+        return tuple(values) if prefix.dtype in _INT_DTYPES else tuple(map(int, values))
+    return tuple(map(int, prefix))
+
+
+def _view(**fields: Any) -> RequestView:
+    """``RequestView(**fields)`` for every field: a frozen dataclass's ``__init__`` sets each field
+    through ``object.__setattr__``, half the cost of a view; this fills ``__dict__`` at once (the
+    class has no ``__post_init__`` to skip). Anything but every field goes through ``__init__``,
+    which fills defaults and refuses what is missing or unknown."""
+    if fields.keys() != _VIEW_FIELDS:
+        return RequestView(**fields)
+    view = object.__new__(RequestView)
+    view.__dict__.update(fields)
+    return view
+
+
+def _request_view(scheduler: Scheduler, rid: str, host_table: torch.Tensor, read: list[Any] | None) -> RequestView:
+    """``read``: the request's tensor prefix as a list (None for a list prefix)."""
+    req = scheduler.reqs[rid]
+    prefix = req.prefix_indices
+    alias = _alias_row(prefix, scheduler.pool.req_to_token)
+    prefix_values = _prefix_values(prefix, read)
+    return _view(
+        status=scheduler.status[rid],
+        fill_ids=tuple(req.fill_ids),
+        extend_input_len=req.extend_input_len,
+        req_pool_idx=req.req_pool_idx,
+        cached_tokens=req.cached_tokens,
+        already_computed=req.already_computed,
+        extend_logprob_start_len=req.extend_logprob_start_len,
+        last_matched_prefix_len=req.last_matched_prefix_len,
+        output_len=len(req.output_ids),
+        prefix_values=prefix_values,
+        prefix_kind=prefix_kind(prefix, alias),
+        alias_row=alias,
+        held=tuple(scheduler.held_slots(rid, host_table, list(prefix_values))),
+        slotted=scheduler.slotted[rid],
+    )
+
+
+def _host_copy(tensor: torch.Tensor) -> torch.Tensor:
+    """A CPU copy of ``tensor``. From the CPU, an integer tensor is copied by NumPy, in this thread:
+    torch hands a table this size to its intra-op threads, several times slower here and worse
+    when ``--jobs`` processes already take every core."""
+    tensor = tensor.detach()
+    if tensor.device.type == "cpu" and tensor.dtype in _INT_DTYPES:
+        return torch.from_numpy(tensor.numpy().copy())
+    return tensor.to("cpu", copy=True)
+
+
+def _tensor_prefixes_read(scheduler: Scheduler) -> dict[str, list[Any]]:
+    """Every request's tensor prefix as a list, read back from the device together."""
+    tensors = {rid: req.prefix_indices for rid, req in scheduler.reqs.items() if isinstance(req.prefix_indices, torch.Tensor)}
+    return dict(zip(tensors, runtime.host_lists(list(tensors.values()))))
+
+
+def take_snapshot(scheduler: Scheduler, record: StageRecord) -> Snapshot:
+    world = scheduler.world
+    allocator = world.allocator
+    radix = scheduler.scenario.cache_kind == "radix"
+    table = _host_copy(scheduler.pool.req_to_token)
+    read = _tensor_prefixes_read(scheduler)
+    return Snapshot(
+        record=record,
+        req_to_token=table,
+        free_pages=_host_copy(allocator.free_pages),
+        release_pages=_host_copy(world.release_pages()),
+        available_size=int(allocator.available_size()),
+        free_rows=tuple(int(r) for r in scheduler.pool.free_slots),
+        tree=tuple(tuple(e) for e in world.tree_contents()) if radix else (),
+        tree_slots=tuple(world.all_tree_slots()) if radix else (),
+        requests={rid: _request_view(scheduler, rid, table, read.get(rid)) for rid in scheduler.reqs},
+    )
+
+
+# ---- plain data, for snapshots that cross a process boundary (real SGLang worlds) -----------------
+_TENSORS = ("req_to_token", "free_pages", "release_pages")
+_NESTED_RECORD_FIELDS = ("prefix_values", "write_region")
+
+
+def _tensor_to_plain(t: torch.Tensor) -> dict[str, Any]:
+    return {"dtype": str(t.dtype).removeprefix("torch."), "shape": list(t.shape), "values": t.reshape(-1).tolist()}
+
+
+def _tensor_from_plain(d: dict[str, Any]) -> torch.Tensor:
+    return torch.tensor(d["values"], dtype=getattr(torch, d["dtype"])).reshape(d["shape"])
+
+
+def snapshot_to_plain(snap: Snapshot) -> dict[str, Any]:
+    """Everything in ``snap`` as ints, strings, lists and dicts (tensors keep their dtype)."""
+    return {
+        "record": snap.record.to_plain(),
+        **{name: _tensor_to_plain(getattr(snap, name)) for name in _TENSORS},
+        "available_size": snap.available_size,
+        "free_rows": list(snap.free_rows),
+        "tree": [list(e) for e in snap.tree],
+        "tree_slots": list(snap.tree_slots),
+        "requests": {rid: dataclasses.asdict(view) for rid, view in snap.requests.items()},
+    }
+
+
+def _view_fields(view: dict[str, Any]) -> dict[str, Any]:
+    return {k: (tuple(v) if isinstance(v, list) else v) for k, v in view.items()}
+
+
+def snapshot_from_plain(data: dict[str, Any]) -> Snapshot:
+    """The inverse of ``snapshot_to_plain``."""
+    record = StageRecord.from_plain(data["record"])
+    requests = {
+        rid: RequestView(**_view_fields(view))
+        for rid, view in data["requests"].items()
+    }
+    return Snapshot(
+        record=record,
+        **{name: _tensor_from_plain(data[name]) for name in _TENSORS},
+        available_size=data["available_size"],
+        free_rows=tuple(data["free_rows"]),
+        tree=tuple((e[0], tuple(e[1]), tuple(e[2]), e[3]) for e in data["tree"]),
+        tree_slots=tuple(data["tree_slots"]),
+        requests=requests,
+    )

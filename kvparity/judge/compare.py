@@ -1,0 +1,144 @@
+"""Compare two worlds' snapshots of the same stage. Everything SPEC section 7 lists must be equal;
+the differences it allows are named in ``ALLOWED`` and nothing else is excused.
+
+A difference is either a divergence (a bug, in the refactor or in a backend) or a known legacy
+defect (SPEC 7's chunk-cache aliasing), which is reported as such and never hidden.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from kvparity.engine.snapshot import REQUEST_FIELDS, Snapshot
+from kvparity.model.worlds import WorldId
+
+ALLOWED = {
+    "prefix type": "legacy [] vs refactored empty int64 tensor; chunk cache int32 view vs int64 copy",
+    "adjust_max_prefix_ids": "exists only in legacy (not part of any snapshot)",
+    "after allocation failure": "request fields, and legacy's prefix writes into the rows the failed batch took",
+    "legacy chunk-cache alias": "legacy's view prefix reads a freed row that was taken again (a legacy defect)",
+}
+ALIAS_DEFECT = "legacy chunk-cache alias"
+
+# Known differences between real SGLang releases (on top of ALLOWED): each one a run meets is
+# reported as a finding, never silently as parity. Key: name; value: (the release that changed
+# it, why). Matched by ``_known_version_difference``.
+KNOWN_VERSION_DIFFERENCES = {
+    "0.5.4 keeps req_pool_idx after retract": (
+        "0.5.4", "Req.reset_for_retract no longer clears req_pool_idx: a retracted request keeps the index of the "
+        "row it gave back (the row itself is free; the next prepare_for_extend sets a new one)"),
+    "0.5.3.post2 frees the paged tail last": (
+        "0.5.3.post2", "RadixCache.cache_finished_req frees the unaligned tail after the duplicate pages, not before: "
+        "the same pages are freed in another order, so the free list differs only in order (later slots are "
+        "renumbered, which only a comparison up to renumbering can follow)"),
+}
+
+
+@dataclass
+class Difference:
+    world: str  # the world's name (``str(WorldId)``), as reports show it
+    reference: str
+    what: str  # which field, e.g. "req_to_token", "request r1 prefix_values"
+    detail: str
+    cells: list[tuple[int, int, int, int]] = field(default_factory=list)  # (row, column, expected, got)
+    known_defect: str | None = None
+
+    def line(self) -> str:
+        tag = f" [known defect: {self.known_defect}]" if self.known_defect else ""
+        return f"{self.world} vs {self.reference}: {self.what}: {self.detail}{tag}"
+
+
+def _table_cells(ref: torch.Tensor, got: torch.Tensor, excused: set[tuple[int, int]]) -> list[tuple[int, int, int, int]]:
+    if ref.shape != got.shape or ref.dtype != got.dtype:
+        return [(-1, -1, -1, -1)]
+    if torch.equal(ref, got):
+        return []
+    cells = []
+    for row, col in (ref != got).nonzero().tolist():
+        if (row, col) not in excused:
+            cells.append((row, col, int(ref[row, col]), int(got[row, col])))
+    return cells
+
+
+def _failure_excuses(snap: Snapshot) -> set[tuple[int, int]]:
+    """Cells legacy may have written before its allocation failed (SPEC section 4)."""
+    return {(row, col) for row, start, end in snap.record.write_region for col in range(start, end)}
+
+
+def compare(ref_id: WorldId, ref: Snapshot, world: WorldId, got: Snapshot) -> list[Difference]:
+    diffs: list[Difference] = []
+    ref_name, name = str(ref_id), str(world)
+
+    def add(what: str, detail: str, **kw) -> None:
+        diffs.append(Difference(name, ref_name, what, detail, **kw))
+
+    cross_version = ref_id.family != world.family
+    r_rec, g_rec = ref.record, got.record
+    if (r_rec.kind, r_rec.rids, r_rec.outcome) != (g_rec.kind, g_rec.rids, g_rec.outcome):
+        add("stage", f"{g_rec.describe()!r} != {r_rec.describe()!r}")
+        return diffs
+    failed = cross_version and r_rec.outcome != "ok"
+    for attr in ("rows", "out_cache_loc", "last_loc"):
+        if getattr(r_rec, attr) != getattr(g_rec, attr):
+            add(attr, f"{getattr(g_rec, attr)} != {getattr(r_rec, attr)}")
+    excused = _failure_excuses(ref) | _failure_excuses(got) if failed else set()
+    cells = _table_cells(ref.req_to_token, got.req_to_token, excused)
+    if cells:
+        add("req_to_token", f"{len(cells)} cells differ", cells=cells)
+    for attr in ("free_pages", "release_pages"):
+        a, b = getattr(ref, attr), getattr(got, attr)
+        if a.dtype != b.dtype or not torch.equal(a, b):
+            same_set = a.dtype == b.dtype and sorted(a.tolist()) == sorted(b.tolist())
+            known = _known_version_difference(ref_id, world, "0.5.3.post2 frees the paged tail last") if same_set else None
+            add(f"allocator {attr}", f"{b.tolist()} ({b.dtype}) != {a.tolist()} ({a.dtype})", known_defect=known)
+    for attr in ("available_size", "free_rows", "tree"):
+        if getattr(ref, attr) != getattr(got, attr):
+            add(attr, f"{getattr(got, attr)} != {getattr(ref, attr)}")
+    for rid, r_view in ref.requests.items():
+        if failed and rid in r_rec.rids:
+            continue  # ALLOWED "after allocation failure"
+        diffs += _request_diffs(rid, r_view, got.requests[rid], world, ref_id, cross_version)
+    return diffs
+
+
+def _known_version_difference(ref_id: WorldId, world: WorldId, key: str) -> str | None:
+    """``key`` when exactly one of the two worlds is a real release from the one that made the
+    change on (so the difference is that release's intended change), else None."""
+    from kvparity.engine.real.versions import version_key
+
+    since = KNOWN_VERSION_DIFFERENCES[key][0]
+    ref_release, release = ref_id.release, world.release
+    if ref_release is None or release is None:
+        return None
+    newer = [version_key(r) >= version_key(since) for r in (ref_release, release)]
+    return key if newer[0] != newer[1] else None
+
+
+def aliases_a_row_it_left(view: Any) -> bool:
+    """Legacy's view prefix points into a row the request no longer owns (it moved to another row,
+    or finished and its row was freed): whoever takes that row next rewrites the "prefix"."""
+    return view.alias_row is not None and (view.alias_row != view.req_pool_idx or view.status == "finished")
+
+
+def _request_diffs(rid, r_view, g_view, world: WorldId, ref_id: WorldId, cross_version) -> list[Difference]:
+    diffs = []
+    name, ref_name = str(world), str(ref_id)
+    for attr in REQUEST_FIELDS:
+        a, b = getattr(r_view, attr), getattr(g_view, attr)
+        if a == b:
+            continue
+        defect = None
+        if attr == "req_pool_idx" and r_view.status == "waiting" and None in (a, b):
+            defect = _known_version_difference(ref_id, world, "0.5.4 keeps req_pool_idx after retract")
+        if attr == "prefix_values" and cross_version:
+            legacy_view = r_view if ref_id.family == "legacy" else g_view
+            if aliases_a_row_it_left(legacy_view):
+                defect = ALIAS_DEFECT
+        diffs.append(Difference(name, ref_name, f"request {rid} {attr}", f"{b} != {a}", known_defect=defect))
+    if not cross_version and r_view.prefix_kind != g_view.prefix_kind:
+        # Same version on another backend: even the prefix's type must match.
+        diffs.append(Difference(name, ref_name, f"request {rid} prefix type", f"{g_view.prefix_kind} != {r_view.prefix_kind}"))
+    return diffs

@@ -1,0 +1,136 @@
+"""Scenario classes: named kinds of situation a run reached, counted with ``hypothesis.event``.
+
+A class is decided from what actually happened in the reference world (legacy on torch), not
+from what the generator intended: a chunked request "continuing over two rounds" only counts
+if it really did. ``REQUIRED`` lists what the CI profile must reach; nightly adds more.
+"""
+
+from __future__ import annotations
+
+from kvparity.mem_cache.errors import Exhausted
+from kvparity.model.profiles import PAGE_SIZES_CI
+from kvparity.model.records import LogprobAdmission, Note, Observation, StageRecord
+from kvparity.model.scenario import Scenario
+
+REQUIRED = (
+    "prefix: all empty",
+    "prefix: mixed empty and non-empty",
+    "prefix: every request",
+    "chunked: two or more rounds",
+    "chunked: unaligned prefix tail (page > 1)",
+    "radix: hit from a shared prompt prefix",
+    "radix: node split",
+    "radix: exact repeat of a finished prompt",
+    *(f"page size {ps}" for ps in PAGE_SIZES_CI),
+    "length: prefix crosses 512",
+    "length: extend crosses 512",
+    "paged: extend fits in the old partial page",
+    "paged: extend of exactly one page",
+    "paged: tail with no full page",
+    "batch size 1",
+    "batch size 2-4",
+    "batch size 5-16",
+    "off-path: prefill out of memory",
+    "logprob: start -1 (server default)",
+    "logprob: start 0",
+    "logprob: start inside the cached prefix",
+    "logprob: start beyond the cached prefix",
+    "retract then re-admit",
+    "row reuse: freed chunked row taken by another request in the same batch",
+    "radix: hit on a running request's prompt",
+    "decode: retract under memory pressure",
+    "paged: merge before alloc_extend (need_sort)",
+    "paged: merge before alloc_decode (need_sort)",
+    "paged: several finishes in one decode free group",
+    "extend: allocation evicts from the tree",
+)
+NIGHTLY_EXTRA = ("page size 64", "batch size over 64")
+
+
+def _ceil(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+def _extend_classes(record: StageRecord, ps: int) -> set[str]:
+    found = set()
+    pres = [len(p) for p in record.prefix_values]
+    if all(p == 0 for p in pres):
+        found.add("prefix: all empty")
+    elif all(p > 0 for p in pres):
+        found.add("prefix: every request")
+    else:
+        found.add("prefix: mixed empty and non-empty")
+    bs = len(record.rids)
+    found.add("batch size 1" if bs == 1 else "batch size 2-4" if bs <= 4 else "batch size 5-16" if bs <= 16 else "batch size 17-64" if bs <= 64 else "batch size over 64")
+    for pre, seq in zip(pres, record.seq_lens):
+        if pre > 512:
+            found.add("length: prefix crosses 512")
+        if seq - pre > 512:
+            found.add("length: extend crosses 512")
+        if ps > 1:
+            old_end = _ceil(pre, ps) * ps
+            full_end = seq // ps * ps
+            if pre % ps and seq <= old_end:
+                found.add("paged: extend fits in the old partial page")
+            if pre % ps == 0 and seq - pre == ps:
+                found.add("paged: extend of exactly one page")
+            if full_end <= old_end and seq > old_end:
+                found.add("paged: tail with no full page")
+    return found
+
+
+def classify(scenario: Scenario, records: list[StageRecord]) -> set[str]:
+    ps = scenario.geometry.page_size
+    found = {f"page size {ps}"}
+    rounds: dict[str, int] = {}
+    for record in records:
+        if record.kind == "extend" and record.outcome == "oom" and record.exhausted == Exhausted.KV:
+            # Off the server's path: SGLang's admission keeps a prefill from running out (SPEC 6).
+            found.add("off-path: prefill out of memory")
+        if record.kind == "extend" and record.outcome == "ok":
+            found |= _extend_classes(record, ps)
+            for rid, pre in zip(record.rids, record.prefix_values):
+                rounds[rid] = rounds.get(rid, 0) + 1
+                if rounds[rid] >= 2 and ps > 1 and len(pre) % ps:
+                    found.add("chunked: unaligned prefix tail (page > 1)")
+        for note in record.notes:
+            found |= _note_classes(note)
+    if any(n >= 3 for n in rounds.values()):
+        found.add("chunked: two or more rounds")
+    return found
+
+
+# The class each simple observation reaches (observations not listed reach none).
+_NOTE_CLASSES = {
+    Note.RADIX_HIT: "radix: hit from a shared prompt prefix",
+    Note.NODE_SPLIT: "radix: node split",
+    Note.EXACT_REPEAT: "radix: exact repeat of a finished prompt",
+    Note.READMITTED: "retract then re-admit",
+    Note.ROW_REUSE_BY_ANOTHER: "row reuse: freed chunked row taken by another request in the same batch",
+    Note.RADIX_HIT_ON_RUNNING: "radix: hit on a running request's prompt",
+    Note.DECODE_RETRACT: "decode: retract under memory pressure",
+    Note.MERGE_BEFORE_ALLOC_EXTEND: "paged: merge before alloc_extend (need_sort)",
+    Note.MERGE_BEFORE_ALLOC_DECODE: "paged: merge before alloc_decode (need_sort)",
+    Note.PAGED_FINISHES_IN_ONE_GROUP: "paged: several finishes in one decode free group",
+    Note.EXTEND_EVICTED: "extend: allocation evicts from the tree",
+    Note.DECODE_REPLACED_BY_CHUNK: "decode while chunked: the chunk runs instead",
+}
+
+
+def _note_classes(note: Observation) -> set[str]:
+    if isinstance(note, LogprobAdmission):
+        return _logprob_classes(note)
+    return {_NOTE_CLASSES[note]} if note in _NOTE_CLASSES else set()
+
+
+def _logprob_classes(admission: LogprobAdmission) -> set[str]:
+    requested, start, matched = admission.requested, admission.start, admission.matched
+    if requested == -1:
+        return {"logprob: start -1 (server default)"}
+    if start == 0:
+        return {"logprob: start 0"}
+    if matched == start:
+        return {"logprob: start inside the cached prefix"}  # the start capped the match
+    if 0 < matched < start:
+        return {"logprob: start beyond the cached prefix"}
+    return set()

@@ -1,0 +1,1 @@
+"""Reporting a failure: what diverged, where, and the scenario to replay it."""

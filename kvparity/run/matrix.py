@@ -1,0 +1,125 @@
+"""The release matrix: real SGLang releases compared pairwise on one scenario set, exactly or up to
+renumbering (``kvparity.judge.renumber``).
+
+Each release plays every scenario once per backend (one worker process per release, the same
+scheduler loop); a pair's verdict is "exact" when every scenario's stages are equal, "renumbered"
+when every one is equal or equal up to one consistent renumbering of rows and pages, else
+"divergent", with the fields that differed, the scenario classes of the divergent scenarios and
+the first counterexample in one line. Known intended changes between releases
+(``kvparity.judge.compare.KNOWN_VERSION_DIFFERENCES``) are counted as findings.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Callable
+from concurrent.futures import Executor
+from dataclasses import dataclass, field
+from typing import Any
+
+from kvparity.engine.snapshot import Snapshot
+from kvparity.judge.compare import ALLOWED, compare
+from kvparity.judge.renumber import DIVERGENT, EXACT, RENUMBERED, RenumberVerdict, renumbering_verdict
+from kvparity.model.scenario import Scenario
+from kvparity.model.worlds import WorldId
+from kvparity.run.runner import Lockstep, off_path_step
+
+ORDER = {EXACT: 0, RENUMBERED: 1, DIVERGENT: 2}
+
+
+@dataclass
+class PairResult:
+    reference: str  # world name, e.g. sglang-0.5.3/torch
+    other: str
+    reference_release: str = ""  # e.g. "0.5.3"
+    other_release: str = ""
+    backend: str = ""  # "torch" or "triton"
+    verdict: str = EXACT
+    scenarios: int = 0
+    renumbered: int = 0
+    divergent: int = 0
+    fields: Counter = field(default_factory=Counter)  # what failed first, per divergent scenario
+    classes: Counter = field(default_factory=Counter)  # scenario classes of the divergent scenarios
+    findings: Counter = field(default_factory=Counter)  # known intended changes met
+    counterexample: str | None = None  # the first divergent scenario, in one line, and why
+    scenario: Scenario | None = None
+
+    def add(self, verdict: str, detail: str | None, scenario: Scenario, classes: set[str],
+            field: str | None = None) -> None:
+        """One scenario's verdict; for a divergence, ``detail`` says what differed first and
+        ``field`` (counted in ``fields``) the kind of it."""
+        self.scenarios += 1
+        if ORDER[verdict] > ORDER[self.verdict]:
+            self.verdict = verdict
+        if verdict == RENUMBERED:
+            self.renumbered += 1
+        if verdict == DIVERGENT:
+            self.divergent += 1
+            self.fields[field or "?"] += 1
+            self.classes.update(classes)
+            if self.counterexample is None:
+                self.counterexample = f"{detail} [{_summary(scenario)}]"
+                self.scenario = scenario
+
+
+def _summary(scenario: Scenario) -> str:
+    g = scenario.geometry
+    chunk = f" chunk {scenario.chunk_size}" if scenario.chunk_size else ""
+    return f"{scenario.cache_kind}, page {g.page_size}{chunk}, {len(scenario.requests)} requests, {len(scenario.steps)} steps"
+
+
+def pair_verdict(
+    ref: list[Snapshot], got: list[Snapshot], ref_id: WorldId, world: WorldId, page_size: int
+) -> tuple[RenumberVerdict, set[str]]:
+    """(the verdict, the known intended changes met) of one scenario for one pair."""
+    diffs = [d for a, b in zip(ref, got) for d in compare(ref_id, a, world, b)] if len(ref) == len(got) else [None]
+    known = {d.known_defect for d in diffs if d is not None and d.known_defect}
+    # Exact up to what ALLOWED excuses (legacy's alias): the differences of the refactor itself.
+    exact = all(d is not None and d.known_defect in ALLOWED for d in diffs)
+    return renumbering_verdict(ref, got, page_size, exact=exact), known
+
+
+def play_pilot(scenario: Scenario) -> tuple[int | None, set[str]]:
+    """Where ``scenario`` leaves SGLang's path, and its classes, from kvparity's legacy model."""
+    from kvparity.model.classes import classify
+
+    lockstep = Lockstep(scenario, (("legacy", "torch"),), oracles=False)
+    for index, step in enumerate(scenario.steps):
+        if lockstep.halted:
+            break
+        lockstep.play(index, step)
+    return off_path_step(lockstep.result.records), classify(scenario, lockstep.result.records)
+
+
+def run_matrix(
+    scenarios: list[Scenario],
+    lanes: dict[str, Any],
+    pairs: list[tuple[str, str]],
+    *,
+    tick: Callable[[], None] = lambda: None,
+    pool: Executor | None = None,
+) -> list[PairResult]:
+    """``lanes``: release -> a started ``RealLane`` of that release alone; ``pairs``: (reference
+    release, release). Every release plays every scenario once; every pair is judged on them."""
+    ids = {(a, b, backend): (lanes[a].ids[i], lanes[b].ids[i])
+           for a, b in pairs for i, backend in enumerate(lanes[a].backends)}
+    results = {key: PairResult(str(ref_id), str(world), key[0], key[1], key[2]) for key, (ref_id, world) in ids.items()}
+    for scenario in scenarios:
+        stop, classes = play_pilot(scenario)
+        if pool is None:
+            played = {release: lane.play(scenario, stop) for release, lane in lanes.items()}
+        else:  # the lanes' workers play at once; the results are judged here, in pair order
+            futures = {release: pool.submit(lane.play, scenario, stop) for release, lane in lanes.items()}
+            played = {release: future.result() for release, future in futures.items()}
+        for key, result in results.items():
+            ref_id, world = ids[key]
+            ref, got = played[key[0]][result.reference], played[key[1]][result.other]
+            if not isinstance(ref, list) or not isinstance(got, list):
+                failed = ref if not isinstance(ref, list) else got
+                result.add(DIVERGENT, f"real SGLang failed: {failed.line()}", scenario, classes, "real SGLang failed")
+                continue
+            verdict, known = pair_verdict(ref, got, ref_id, world, scenario.geometry.page_size)
+            result.findings.update(known)
+            result.add(verdict.verdict, verdict.detail, scenario, classes, verdict.what)
+        tick()
+    return list(results.values())

@@ -1,0 +1,216 @@
+"""Play one scenario in several worlds in lockstep, snapshot every stage, compare every world with
+the reference (the first world: legacy on torch) and run the oracles on each world."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from kvparity.engine.scheduler import Scheduler, StageRecord
+from kvparity.engine.snapshot import Snapshot, take_snapshot
+from kvparity.engine.world import build_world
+from kvparity.judge.compare import Difference, compare
+from kvparity.judge.oracles import STALE_ROW_DEFECT, Violation, check_stage, stale_row_defects, violations
+from kvparity.kernels import runtime
+from kvparity.model.classes import classify
+from kvparity.model.scenario import Scenario, Step
+from kvparity.model.worlds import VERSIONS, WorldId
+
+SGLANG_WORLDS: tuple[tuple[str, str], ...] = tuple((v, b) for v in VERSIONS for b in ("torch", "triton"))
+# Plus the extra world: the refactored path on the linear-time write kernel (Triton only: on torch
+# it is the refactored torch twin, already a world).
+EXTRA_WORLDS: tuple[tuple[str, str], ...] = (("refactored-linear", "triton"),)
+ALL_WORLDS: tuple[tuple[str, str], ...] = SGLANG_WORLDS + EXTRA_WORLDS
+
+
+@dataclass
+class RunResult:
+    scenario: Scenario
+    worlds: tuple[str, ...]
+    stages: int = 0
+    divergences: list[Difference] = field(default_factory=list)
+    findings: list[Difference] = field(default_factory=list)  # known defects (legacy's, SGLang's)
+    violations: list[Violation] = field(default_factory=list)  # oracle failures
+    first_difference: StageRecord | None = None
+    records: list[StageRecord] = field(default_factory=list)  # the reference world's stages
+    classes: set[str] = field(default_factory=set)
+
+    @property
+    def ok(self) -> bool:
+        return not self.divergences and not self.violations
+
+
+Observer = Callable[[str, Scheduler, Snapshot], None]
+
+
+def _start_record() -> StageRecord:
+    return StageRecord(step=-1, kind="start")
+
+
+class Lockstep:
+    """Several worlds fed the same steps. After every stage each world is snapshotted and checked
+    by the oracles; then every world is compared with the reference (the first), stage by stage.
+    ``result`` accumulates divergences, known legacy defects, violations and the reference's
+    records. Used by ``run_scenario`` (steps known up front) and by the stateful test (steps
+    chosen one at a time)."""
+
+    def __init__(
+        self,
+        scenario: Scenario,
+        worlds: tuple[tuple[str, str], ...] = ALL_WORLDS,
+        *,
+        oracles: bool = True,
+        observe: Observer | None = None,
+    ):
+        # ``observe(name, scheduler, snapshot)`` runs after every stage's snapshot, while the world is
+        # still in that stage: the golden recorder reads there what a snapshot leaves out (the type
+        # of a prefix, of the tree's values).
+        self.observe = observe
+        self.ids = tuple(WorldId.modelled(v, b) for v, b in worlds)
+        self.names = tuple(str(world) for world in self.ids)
+        self.schedulers = {
+            name: Scheduler(build_world(v, b, scenario.geometry, scenario.cache_kind, device=runtime.DEVICE), scenario)
+            for name, (v, b) in zip(self.names, worlds)
+        }
+        self.oracles = oracles
+        self.result = RunResult(scenario, self.names)
+        self.last = {name: take_snapshot(s, _start_record()) for name, s in self.schedulers.items()}
+        self.reference_stages: list[Snapshot] = [self.last[self.names[0]]]  # the start, then every stage
+        self._compare([self.last])
+
+    @property
+    def halted(self) -> bool:
+        return any(s.halted for s in self.schedulers.values())
+
+    @property
+    def failed(self) -> bool:
+        return not self.result.ok
+
+    def play(self, index: int, step: Step) -> list[StageRecord]:
+        """Play ``step`` in every world; returns the reference world's stage records."""
+        stages: dict[str, list[Snapshot]] = {}
+        for name, scheduler in self.schedulers.items():
+            stages[name] = []
+            for record in scheduler.apply(index, step):
+                snap = take_snapshot(scheduler, record)
+                if self.observe is not None:
+                    self.observe(name, scheduler, snap)
+                if self.oracles:
+                    problems = check_stage(self.result.scenario, self.last[name], snap)
+                    self.result.violations += violations(name, problems)
+                if name == self.names[0]:
+                    self._upstream_defects(name, snap)
+                self.last[name] = snap
+                stages[name].append(snap)
+        reference = stages[self.names[0]]
+        records = [s.record for s in reference]
+        self.result.records += records
+        self.reference_stages += reference
+        counts = {name: len(stages[name]) for name in self.names}
+        if len(set(counts.values())) != 1:
+            self.result.divergences.append(
+                Difference(self.names[0], self.names[0], "stages", f"step {index}: the worlds ran {counts} stages")
+            )
+            self.result.first_difference = records[0] if records else None
+            return records
+        self._compare([{n: stages[n][i] for n in self.names} for i in range(len(reference))])
+        return records
+
+    def _upstream_defects(self, name: str, snap: Snapshot) -> None:
+        """Known SGLang defects every world shares (the reference's are reported, once)."""
+        for line in stale_row_defects(self.result.scenario, snap):
+            where = f"step {snap.record.step} {snap.record.kind}"
+            self.result.findings.append(Difference(name, name, where, line, known_defect=STALE_ROW_DEFECT))
+
+    def _compare(self, per_stage: list[dict[str, Snapshot]]) -> None:
+        for snaps in per_stage:
+            ref = snaps[self.names[0]]
+            self.result.stages += 1
+            for world in self.ids[1:]:
+                for diff in compare(self.ids[0], ref, world, snaps[str(world)]):
+                    (self.result.findings if diff.known_defect else self.result.divergences).append(diff)
+            if self.result.divergences:
+                self.result.first_difference = ref.record
+                return
+
+
+def run_scenario(
+    scenario: Scenario,
+    worlds: tuple[tuple[str, str], ...] = ALL_WORLDS,
+    *,
+    oracles: bool = True,
+    lane: Any = None,
+    real_reference: bool = False,
+) -> RunResult:
+    """Play ``scenario`` in ``worlds`` until its end, the first divergence or violation, or a
+    halt (an allocation failure ends a scenario: after it the versions differ by design).
+
+    ``lane`` (a ``kvparity.engine.real.lane.RealLane``) adds real SGLang worlds, compared with the same
+    reference once the modelled worlds have played. With ``real_reference`` the lane's first world
+    is the reference instead, and ``worlds`` (then usually just one) only decide where the
+    scenario leaves the server's path: real SGLang is never compared after a prefill runs out of
+    memory (SPEC 6), where its kernels may even crash."""
+    lockstep = Lockstep(scenario, worlds, oracles=oracles and not real_reference)
+    for index, step in enumerate(scenario.steps):
+        if lockstep.failed or lockstep.halted:
+            break
+        lockstep.play(index, step)
+    result = lockstep.result
+    if lane is not None and (result.ok or real_reference):
+        compare_real(lockstep, lane, oracles=oracles, real_reference=real_reference)
+    result.classes = classify(scenario, result.records)
+    return result
+
+
+def off_path_step(records: list[StageRecord]) -> int | None:
+    """The first step whose stage did not end "ok" (a prefill out of memory: off SGLang's path)."""
+    return next((r.step for r in records if r.outcome != "ok"), None)
+
+
+def compare_real(lockstep: Lockstep, lane: Any, *, oracles: bool, real_reference: bool) -> None:
+    """Play the lane's real worlds up to the off-path step and compare them, stage by stage, with
+    the reference (the modelled reference, or the lane's first world)."""
+    result = lockstep.result
+    stop = off_path_step(result.records)
+    played = lane.play(result.scenario, stop)
+    if real_reference:
+        result.worlds = tuple(lane.names)
+        result.divergences, result.violations, result.findings = [], [], []
+        ref_id = lane.ids[0]
+        ref = played[str(ref_id)]
+        if not isinstance(ref, list):
+            result.divergences.append(Difference(str(ref_id), str(ref_id), "real SGLang failed", ref.line()))
+            return
+        for snap in ref:
+            lockstep._upstream_defects(str(ref_id), snap)
+    else:
+        result.worlds = result.worlds + tuple(lane.names)
+        ref_id = lockstep.ids[0]
+        ref = [s for s in lockstep.reference_stages if s.record.step < (stop if stop is not None else 1 << 30)]
+    for world in lane.ids:
+        name, got = str(world), played[str(world)]
+        if not isinstance(got, list):
+            result.divergences.append(Difference(name, str(ref_id), "real SGLang failed", got.line()))
+            continue
+        if oracles:
+            for before, after in zip(got, got[1:]):
+                result.violations += violations(name, check_stage(result.scenario, before, after))
+        if world != ref_id:
+            _compare_stages(result, ref_id, ref, world, got)
+
+
+def _compare_stages(result: RunResult, ref_id: WorldId, ref: list[Snapshot], world: WorldId, got: list[Snapshot]) -> None:
+    name, ref_name = str(world), str(ref_id)
+    for r_snap, g_snap in zip(ref, got):
+        diffs = compare(ref_id, r_snap, world, g_snap)
+        result.findings += [d for d in diffs if d.known_defect]
+        bad = [d for d in diffs if not d.known_defect]
+        if bad:
+            result.divergences += bad
+            result.first_difference = r_snap.record
+            return
+    if len(ref) != len(got):
+        steps = f"{len(got) - 1} stages against the reference's {len(ref) - 1}"
+        result.divergences.append(Difference(name, ref_name, "stages", steps))
+        result.first_difference = (ref[min(len(ref), len(got)) - 1]).record

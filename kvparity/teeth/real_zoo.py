@@ -1,0 +1,63 @@
+"""Mutated copies of real SGLang: each an exact-text edit of an installed release, applied to a
+copy in a folder of the caller's, so that ``kvparity check --sglang FOLDER`` (and the faithfulness
+lane's teeth test) can show what a comparison with real code catches. Nothing of SGLang's source
+is stored here beyond the one line each edit replaces.
+"""
+
+from __future__ import annotations
+
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+
+from kvparity.engine.real import RealSGLangError
+from kvparity.engine.real.install import SGLangSource
+from kvparity.teeth.zoo import Edit, Mutant, MutantError, apply_edits
+
+
+@dataclass(frozen=True)
+class RealMutant:
+    name: str
+    what: str  # the bug, in one line
+    version: str  # the release it edits
+    path: str  # the file, relative to the folder holding the sglang package
+    old: str
+    new: str
+
+
+_P1 = "0.5.3.post1"
+REAL_MUTANTS: tuple[RealMutant, ...] = (
+    RealMutant("chunk-cache-int32-view", "0.5.3's int32 chunk-cache view put back into 0.5.3.post1 (what PR #11200 fixed)",
+               _P1, "sglang/srt/mem_cache/chunk_cache.py",
+               "req.prefix_indices = kv_indices.to(dtype=torch.int64, copy=True)", "req.prefix_indices = kv_indices"),
+    RealMutant("write-offset-includes-own-request", "write_cache_indices' running offset includes its own request",
+               _P1, "sglang/srt/managers/schedule_batch.py",
+               "    for i in range(pid):\n        cumsum_start += tl.load(extend_lens + i)",
+               "    for i in range(pid + 1):\n        cumsum_start += tl.load(extend_lens + i)"),
+    RealMutant("unfinished-keeps-last-matched", "cache_unfinished_req no longer sets last_matched_prefix_len",
+               _P1, "sglang/srt/mem_cache/radix_cache.py",
+               "        req.last_matched_prefix_len = len(new_indices)\n", "\n"),
+    RealMutant("alloc-extend-merges-only-when-short", "alloc_extend merges a pending sort only when short of pages",
+               _P1, "sglang/srt/mem_cache/allocator.py",
+               "if self.need_sort and extend_num_tokens // self.page_size + bs + 1 > len(",
+               "if self.need_sort and extend_num_tokens // self.page_size + bs * 0 - 1 > len("),
+    RealMutant("last-loc-first-element", "last_loc is taken from the prefix's first element, not its last",
+               _P1, "sglang/srt/managers/schedule_batch.py",
+               "r.prefix_indices[-1:]\n", "r.prefix_indices[:1]\n"),
+)
+REAL_MUTANTS_BY_NAME = {m.name: m for m in REAL_MUTANTS}
+
+
+def make_mutated_copy(source: SGLangSource, mutant: RealMutant, dest: str | Path) -> Path:
+    """Copy the ``sglang`` package of ``source`` into ``dest`` and apply ``mutant``; the edit's
+    text must occur exactly once. Returns ``dest`` (give it to ``kvparity check --sglang``)."""
+    if source.version != mutant.version:
+        raise RealSGLangError(f"mutant {mutant.name} edits SGLang {mutant.version}, not {source.version}")
+    dest = Path(dest)
+    shutil.copytree(Path(source.path) / "sglang", dest / "sglang")
+    edit = Mutant(mutant.name, mutant.what, (Edit(mutant.path, mutant.old, mutant.new),))
+    try:
+        apply_edits(edit, dest)  # the zoo's rule: the text occurs exactly once
+    except MutantError as exc:
+        raise RealSGLangError(str(exc)) from None
+    return dest

@@ -1,1 +1,0 @@
-"""The parity harness (scenarios, runner, comparison, report)."""

@@ -1,0 +1,113 @@
+"""The package's shape: one import name, and sub-packages that only import downwards, in the order
+the data flows (a scenario is drawn, played, judged, reported; the commands sit on top)."""
+
+from __future__ import annotations
+
+import ast
+import tomllib
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+PACKAGE = ROOT / "kvparity"
+# Lowest first. A module may import from its own sub-package and from those before it.
+LAYERS = ("model", "engine", "judge", "report", "run", "golden", "candidate", "teeth", "cli")
+# SGLang's model code and what it shares: below every layer (they import none of kvparity's).
+SHARED = ("kernels", "mem_cache", "legacy", "refactored")
+
+
+def _runtime_imports(path: Path) -> list[str]:
+    """Modules ``path`` imports when it runs (imports only for type checkers are left out)."""
+    tree = ast.parse(path.read_text())
+    skipped = {id(n) for node in ast.walk(tree) if isinstance(node, ast.If) and _is_type_checking(node.test)
+               for n in ast.walk(node)}
+    found = []
+    for node in ast.walk(tree):
+        if id(node) in skipped:
+            continue
+        if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            found += [node.module] + [f"{node.module}.{a.name}" for a in node.names]
+        elif isinstance(node, ast.Import):
+            found += [a.name for a in node.names]
+    return found
+
+
+def _is_type_checking(test: ast.expr) -> bool:
+    return isinstance(test, ast.Name) and test.id == "TYPE_CHECKING" or (
+        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING")
+
+
+def _layer(module: str) -> str | None:
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 and parts[0] == "kvparity" else None
+
+
+def _modules(folder: Path) -> list[Path]:
+    return sorted(p for p in folder.rglob("*.py") if "__pycache__" not in p.parts)
+
+
+@pytest.mark.parametrize("layer", LAYERS)
+def test_a_layer_imports_only_itself_and_layers_below(layer):
+    allowed = set(LAYERS[: LAYERS.index(layer) + 1]) | set(SHARED)
+    upward = [
+        f"{path.relative_to(ROOT)} imports {module}"
+        for path in _modules(PACKAGE / layer)
+        for module in _runtime_imports(path)
+        if _layer(module) is not None and _layer(module) not in allowed
+    ]
+    assert not upward, "\n".join(upward)
+
+
+@pytest.mark.parametrize("shared", SHARED)
+def test_sglangs_model_code_imports_no_harness(shared):
+    harness = [f"{p.relative_to(ROOT)} imports {m}" for p in _modules(ROOT / shared) for m in _runtime_imports(p)
+               if _layer(m) in LAYERS]
+    assert not harness, "\n".join(harness)
+
+
+def test_every_module_lives_in_a_layer():
+    loose = [p.name for p in PACKAGE.glob("*.py") if p.name not in ("__init__.py", "__main__.py")]
+    folders = {p.name for p in PACKAGE.iterdir() if p.is_dir() and p.name != "__pycache__"}
+    assert not loose and folders == set(LAYERS) | set(SHARED), (loose, folders - set(LAYERS) - set(SHARED))
+
+
+def test_the_distribution_installs_one_top_level_package():
+    """``pip install`` adds ``kvparity`` and nothing else: no generic ``kernels`` or ``legacy``
+    beside the user's own packages. The four shared folders reach it through links."""
+    find = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"]["find"]
+    assert find["include"] == ["kvparity", "kvparity.*"]
+    for shared in SHARED:
+        link = PACKAGE / shared
+        assert link.is_symlink() and link.resolve() == (ROOT / shared).resolve(), shared
+
+
+def test_module_imports_have_no_cycle():
+    """Imports at module level form no cycle (a function may import lazily, and does so to choose
+    the device before the kernels load)."""
+    graph = {}
+    for path in _modules(PACKAGE):
+        if path.parts[len(PACKAGE.parts)] in SHARED:
+            continue
+        name = ".".join(("kvparity", *path.relative_to(PACKAGE).with_suffix("").parts)).removesuffix(".__init__")
+        tree = ast.parse(path.read_text())
+        deps = set()
+        for node in tree.body:
+            if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("kvparity."):
+                deps.add(node.module)
+            elif isinstance(node, ast.Import):
+                deps |= {a.name for a in node.names if a.name.startswith("kvparity.")}
+        graph[name] = deps
+    state: dict[str, int] = {}
+
+    def visit(node: str, trail: tuple[str, ...]) -> None:
+        if state.get(node) == 2 or node not in graph:
+            return
+        assert state.get(node) != 1, "import cycle: " + " -> ".join((*trail, node))
+        state[node] = 1
+        for dep in sorted(graph[node]):
+            visit(dep, (*trail, node))
+        state[node] = 2
+
+    for module in sorted(graph):
+        visit(module, ())
