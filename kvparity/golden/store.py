@@ -18,6 +18,7 @@ byte-identical on any machine (CPU or GPU).
 
 from __future__ import annotations
 
+import copy
 import json
 from collections.abc import Iterator, Sequence
 from pathlib import Path
@@ -260,7 +261,7 @@ def _refactored_section(name: str, legacy: dict, refactored: dict, snap: Snapsho
 def _with_prefix_kind(stage: dict, legacy: dict) -> dict:
     """``stage`` with each refactored prefix kind replaced by legacy's when it is the documented one,
     so the kind difference is excused by rule (ALLOWED "prefix type") and any other kind shows."""
-    out = json.loads(json.dumps(stage))
+    out = copy.deepcopy(stage)
     for rid, request in out["requests"].items():
         if request["prefix"]["kind"] == REFACTORED_PREFIX_KIND:
             request["prefix"]["kind"] = legacy["requests"][rid]["prefix"]["kind"]
@@ -272,7 +273,7 @@ def expected_stages(golden: dict, version: str) -> list[dict]:
     version its prefix kind rule and each stage's overrides."""
     stages = []
     for stage in golden["stages"]:
-        stage = json.loads(json.dumps(stage))  # a deep copy
+        stage = copy.deepcopy(stage)
         section = stage.pop("refactored", None)
         if family(version) == "refactored":
             for request in stage["requests"].values():
