@@ -74,12 +74,13 @@ def host_lists(tensors: list[torch.Tensor]) -> list[list[Any]]:
     transfer. Each ``tolist`` of a GPU tensor waits for the device and copies on its own; a
     snapshot of a batch of 64 requests reads back hundreds of small tensors (prefixes, tree
     nodes), and those waits, not the copies, were most of a snapshot's time on the H200."""
-    batched = [t for t in tensors if _batchable(t)]
+    batchable = [_batchable(t) for t in tensors]  # once per tensor: a snapshot calls this per stage
+    batched = [t for t, b in zip(tensors, batchable) if b]
     if len(batched) < 2:
         return [t.tolist() for t in tensors]
     # torch.cat promotes mixed integer dtypes; every value fits the promoted one.
     values = iter(torch.cat(batched).tolist())
-    return [list(itertools.islice(values, t.numel())) if _batchable(t) else t.tolist() for t in tensors]
+    return [list(itertools.islice(values, t.numel())) if b else t.tolist() for t, b in zip(tensors, batchable)]
 
 
 def _batchable(tensor: torch.Tensor) -> bool:
