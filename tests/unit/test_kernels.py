@@ -12,7 +12,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from kvparity.kernels.alloc_extend import alloc_extend
+from kvparity.kernels.alloc_extend import alloc_extend, next_power_of_2
 from kvparity.kernels.last_loc import get_last_loc
 from kvparity.kernels.launches import LAUNCHES
 from kvparity.kernels.legacy_write import write_extend_slots
@@ -473,6 +473,39 @@ def test_alloc_extend_second_example_through_allocator_after_frees(device, backe
     assert out is not None
     assert_tensor_equal(out, i64(SECOND_SLOTS, device))
     assert_tensor_equal(allocator.free_pages, i64([2, 8], device))
+
+
+# ---- the Triton kernel's tile: SGLang passes a power of two >= the batch's token count ----------
+def test_next_power_of_2_as_sglang_sizes_tiles():
+    """1 for 0 and 1; otherwise the smallest power of two not below n."""
+    expected = {0: 1, 1: 1, 2: 2, 3: 4, 4: 4, 5: 8, 8: 8, 9: 16, 1000: 1024, 1024: 1024}
+    assert {n: next_power_of_2(n) for n in expected} == expected
+
+
+@pytest.mark.parametrize("tile", [32, 64])
+def test_alloc_extend_any_power_of_two_tile_at_least_the_batch_gives_the_same_slots(tile, device):
+    """The allocator passes its running maximum, so the tile may exceed this batch's 21 tokens."""
+    inp = example_inputs(device)
+    out = alloc_extend(
+        inp["prefix_lens"], inp["seq_lens"], inp["last_loc"], i64(list(range(10, 20)), device), PS,
+        EXAMPLE_TOKENS, backend="triton", max_num_extend_tokens=tile,
+    )  # fmt: skip
+    assert_tensor_equal(out, i64(EXAMPLE_SLOTS, device))
+
+
+# 16 is a power of two below the batch's 21 tokens; 40 (0b101000) is above it but no power of two,
+# and shares no bit with its own double or half.
+@pytest.mark.parametrize("tile", [16, 40])
+def test_alloc_extend_rejects_a_tile_below_the_batch_or_not_a_power_of_two(tile, device):
+    """The error names the argument and the batch's token count, and nothing is written."""
+    inp = example_inputs(device)
+    out = torch.full((EXAMPLE_TOKENS,), POISON, dtype=torch.int64, device=device)
+    with pytest.raises(ValueError, match=f"max_num_extend_tokens={tile} must be a power of two >= 21"):
+        alloc_extend(
+            inp["prefix_lens"], inp["seq_lens"], inp["last_loc"], i64(list(range(10, 20)), device), PS,
+            EXAMPLE_TOKENS, backend="triton", out=out, max_num_extend_tokens=tile,
+        )  # fmt: skip
+    assert (out == POISON).all()
 
 
 # ==================================================================================================
