@@ -21,7 +21,7 @@ run out of memory: that is an off-path class, labelled as such, after which a sc
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import torch
@@ -469,13 +469,14 @@ class Scheduler:
         return StageRecord(step_index, "evict")
 
     # ---- what each request holds (for the conservation oracle) ------------------------------------
-    def held_slots(self, rid: str, table: torch.Tensor | None = None, prefix: list[int] | None = None) -> list[int]:
+    def held_slots(self, rid: str, table: Any = None, prefix: Sequence[int] | None = None) -> list[int]:
         """The KV slots the request owns, the tree's excluded: the slotted columns of its row from
         ``last_matched_prefix_len`` on (before that, the tree supplies them; after
         ``cache_unfinished_req`` the row may keep stale cells there, SPEC 1 step 2). A chunked
         request whose row was freed owns its prefix from that length on (its unaligned tail, or
-        everything with the chunk cache). A snapshot passes its host copy of the table and the
-        prefix's values it already read, so that nothing is read back from the device again."""
+        everything with the chunk cache). A snapshot passes its host copy of the table (a tensor
+        or a NumPy array) and the prefix's values it already read, so that nothing is read back
+        from the device again."""
         req, status = self.reqs[rid], self.status[rid]
         if status in ("waiting", "finished"):
             return []

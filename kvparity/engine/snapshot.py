@@ -140,8 +140,10 @@ def _view(**fields: Any) -> RequestView:
     return view
 
 
-def _request_view(scheduler: Scheduler, rid: str, host_table: torch.Tensor, read: list[Any] | None) -> RequestView:
-    """``read``: the request's tensor prefix as a list (None for a list prefix)."""
+def _request_view(scheduler: Scheduler, rid: str, host_rows: Any, read: list[Any] | None) -> RequestView:
+    """``host_rows``: the snapshot's host copy of ``req_to_token`` as a NumPy array (a row's slice
+    and ``tolist`` there cost a tenth of torch's); ``read``: the request's tensor prefix as a list
+    (None for a list prefix)."""
     req = scheduler.reqs[rid]
     prefix = req.prefix_indices
     alias = _alias_row(prefix, scheduler.pool.req_to_token)
@@ -159,7 +161,7 @@ def _request_view(scheduler: Scheduler, rid: str, host_table: torch.Tensor, read
         prefix_values=prefix_values,
         prefix_kind=prefix_kind(prefix, alias),
         alias_row=alias,
-        held=tuple(scheduler.held_slots(rid, host_table, list(prefix_values))),
+        held=tuple(scheduler.held_slots(rid, host_rows, prefix_values)),
         slotted=scheduler.slotted[rid],
     )
 
@@ -185,6 +187,7 @@ def take_snapshot(scheduler: Scheduler, record: StageRecord) -> Snapshot:
     allocator = world.allocator
     radix = scheduler.scenario.cache_kind == "radix"
     table = _host_copy(scheduler.pool.req_to_token)
+    rows = table.numpy()  # shares the copy's memory
     read = _tensor_prefixes_read(scheduler)
     return Snapshot(
         record=record,
@@ -195,7 +198,7 @@ def take_snapshot(scheduler: Scheduler, record: StageRecord) -> Snapshot:
         free_rows=tuple(int(r) for r in scheduler.pool.free_slots),
         tree=tuple(tuple(e) for e in world.tree_contents()) if radix else (),
         tree_slots=tuple(world.all_tree_slots()) if radix else (),
-        requests={rid: _request_view(scheduler, rid, table, read.get(rid)) for rid in scheduler.reqs},
+        requests={rid: _request_view(scheduler, rid, rows, read.get(rid)) for rid in scheduler.reqs},
     )
 
 

@@ -9,14 +9,19 @@ played is skipped identically in every world.
 
 from __future__ import annotations
 
+import functools
 import os
+from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any, TypeVar
 
 from hypothesis import strategies as st
 
 from kvparity.model.profiles import PAGE_SIZES_CI, PAGE_SIZES_NIGHTLY
 from kvparity.model.scenario import Decode, Evict, Extend, RequestSpec, Retract, Scenario
 from kvparity.model.worlds import Geometry
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -80,13 +85,31 @@ TEMPLATES = (
 )
 
 
+# Drawing is a large part of the harness's cost, and most of it went to building and validating
+# a new strategy object for every draw. So the strategies are built once: fixed ones here, an
+# index into a list of a given length by ``_pick``, and the helpers below are plain functions
+# taking ``draw`` rather than composites (a composite is a new strategy object per call).
+_EXTRA_KEYS = st.sampled_from((None, None, None, "lora-a"))
+_MAX_NEW_TOKENS = st.sampled_from((64, 64, 64, 1, 2, 3))
+
+
+@functools.cache
+def _indices(n: int) -> st.SearchStrategy[int]:
+    return st.sampled_from(range(n))
+
+
+def _pick(draw: Any, values: Sequence[T]) -> T:
+    """``draw(st.sampled_from(values))``, through one cached strategy per length: the same uniform
+    choice of an index (``st.integers`` would favour the ends of a range above 128)."""
+    return values[draw(_indices(len(values)))]
+
+
 def token_run(start: int, n: int) -> tuple[int, ...]:
     """``n`` consecutive token ids from ``start`` (prints compactly as a range)."""
     return tuple(range(start, start + n))
 
 
-@st.composite
-def _prompts(draw, template: Template, shape: Shape, n: int) -> list[tuple[int, ...]]:
+def _prompts(draw: Any, template: Template, shape: Shape, n: int) -> list[tuple[int, ...]]:
     """``n`` prompts cut from a few shared stems, so that prefixes overlap and differ mid-page."""
     stem_len = st.integers(1, shape.max_prompt)
     if template.long_prompts:
@@ -102,9 +125,9 @@ def _prompts(draw, template: Template, shape: Shape, n: int) -> list[tuple[int, 
             prompts.append(first[:keep] + token_run(10_000 * (i + 1), draw(st.integers(0 if keep else 1, 8))))
             continue
         if prompts and template.repeats and draw(st.booleans()):
-            prompts.append(draw(st.sampled_from(prompts)))
+            prompts.append(_pick(draw, prompts))
             continue
-        stem = draw(st.sampled_from(stems))
+        stem = _pick(draw, stems)
         keep = draw(st.integers(0, len(stem)))
         longest_suffix = shape.long_prompt[1] if template.long_prompts and draw(st.booleans()) else shape.max_prompt // 2
         suffix = draw(st.integers(0 if keep else 1, max(1, longest_suffix)))
@@ -112,16 +135,15 @@ def _prompts(draw, template: Template, shape: Shape, n: int) -> list[tuple[int, 
     return prompts
 
 
-@st.composite
-def _request(draw, rid: str, tokens: tuple[int, ...], template: Template) -> RequestSpec:
+def _request(draw: Any, rid: str, tokens: tuple[int, ...], template: Template) -> RequestSpec:
     logprob = template.logprobs and draw(st.booleans())
     start = -1
     if logprob:
-        start = draw(st.sampled_from([-1, 0, max(0, len(tokens) // 2), len(tokens) - 1, len(tokens) + 3]))
-    extra = draw(st.sampled_from([None, None, None, "lora-a"]))
+        start = _pick(draw, (-1, 0, max(0, len(tokens) // 2), len(tokens) - 1, len(tokens) + 3))
+    extra = draw(_EXTRA_KEYS)
     # Mostly long enough that the steps decide when a request finishes; sometimes it finishes by
     # itself (1: right after its prefill; a few: in a decode step).
-    max_new = draw(st.sampled_from([64, 64, 64, 1, 2, 3]), label="max_new_tokens")
+    max_new = draw(_MAX_NEW_TOKENS, label="max_new_tokens")
     return RequestSpec(rid, tokens, return_logprob=logprob, logprob_start_len=start, extra_key=extra,
                        max_new_tokens=max_new)
 
@@ -161,7 +183,7 @@ def _steps(draw, template: Template, rids: list[str], shape: Shape) -> tuple:
                 admitted.remove(rid)
             steps.append(Decode(finish=finish))
         elif op == "retract":
-            rid = draw(st.sampled_from(admitted))
+            rid = _pick(draw, admitted)
             admitted.remove(rid)
             retracted.append(rid)
             steps.append(Retract(rid))
@@ -208,9 +230,9 @@ def scenarios(draw, shape: Shape | None = None, templates: tuple[Template, ...] 
     n = draw(st.integers(1, min(shape.max_requests, 16 if not template.long_prompts else 3)), label="requests")
     if shape.max_requests > 16 and draw(st.booleans()):
         n = draw(st.integers(17, shape.max_requests))
-    prompts = draw(_prompts(template, shape, n))
+    prompts = _prompts(draw, template, shape, n)
     rids = [f"r{i}" for i in range(n)]
-    drawn = [draw(_request(rid, tokens, template)) for rid, tokens in zip(rids, prompts)]
+    drawn = [_request(draw, rid, tokens, template) for rid, tokens in zip(rids, prompts)]
     steps = draw(_steps(template, rids, shape))
     first_seen: dict[str, int] = {}
     for i, step in enumerate(steps):
