@@ -128,7 +128,9 @@ def _prompts(draw: Any, template: Template, shape: Shape, n: int) -> list[tuple[
             prompts.append(_pick(draw, prompts))
             continue
         stem = _pick(draw, stems)
-        keep = draw(st.integers(0, len(stem)))
+        # Long prompts: the first keeps its whole stem (over 512 tokens), so that the prompts that
+        # reuse it bring a cached prefix across the 512-token block.
+        keep = len(stem) if template.long_prompts and i == 0 else draw(st.integers(0, len(stem)))
         longest_suffix = shape.long_prompt[1] if template.long_prompts and draw(st.booleans()) else shape.max_prompt // 2
         suffix = draw(st.integers(0 if keep else 1, max(1, longest_suffix)))
         prompts.append(stem[:keep] + token_run(10_000 * (i + 1), suffix))
@@ -139,7 +141,10 @@ def _request(draw: Any, rid: str, tokens: tuple[int, ...], template: Template) -
     logprob = template.logprobs and draw(st.booleans())
     start = -1
     if logprob:
-        start = _pick(draw, (-1, 0, max(0, len(tokens) // 2), len(tokens) - 1, len(tokens) + 3))
+        # len // 2 // 16 * 16: a start on a page boundary for every page size, so that it can cap
+        # a paged match exactly ("start inside the cached prefix").
+        half = max(0, len(tokens) // 2)
+        start = _pick(draw, (-1, 0, half, half // 16 * 16, len(tokens) - 1, len(tokens) + 3))
     extra = draw(_EXTRA_KEYS)
     # Mostly long enough that the steps decide when a request finishes; sometimes it finishes by
     # itself (1: right after its prefill; a few: in a decode step).
