@@ -143,7 +143,7 @@ def _request(draw: Any, rid: str, tokens: tuple[int, ...], template: Template) -
     if logprob:
         # len // 2 // 16 * 16: a start on a page boundary for every page size, so that it can cap
         # a paged match exactly ("start inside the cached prefix").
-        half = max(0, len(tokens) // 2)
+        half = len(tokens) // 2
         start = _pick(draw, (-1, 0, half, half // 16 * 16, len(tokens) - 1, len(tokens) + 3))
     extra = draw(_EXTRA_KEYS)
     # Mostly long enough that the steps decide when a request finishes; sometimes it finishes by
