@@ -55,6 +55,8 @@ def add(commands: argparse._SubParsersAction, parser_class: type) -> None:
     sub.add_argument("--against", metavar="B", help="the reference for --sglang: another real SGLang (version or folder)")
     sub.add_argument("--json", metavar="PATH", help="write the verdict as JSON")
     sub.add_argument("--repro", metavar="PATH", help="write a script that replays the counterexample")
+    sub.add_argument("--markdown", metavar="PATH",
+                     help="write the verdict table, and the first difference if any, as Markdown (a CI job summary)")
     sub.set_defaults(func=run)
 
 
@@ -127,7 +129,11 @@ def _option_problem(args: argparse.Namespace) -> str | None:
         for option, value in (("--backend", args.backend), ("--jobs", args.jobs)):
             if value is not None:
                 return f"{option} does not apply to --candidate (the candidate runs as it is, in one sandbox)"
-    return output_path_problem("--json", args.json) or output_path_problem("--repro", args.repro)
+    for option in ("json", "repro", "markdown"):
+        problem = output_path_problem(f"--{option}", getattr(args, option))
+        if problem:
+            return problem
+    return None
 
 
 def _worlds(backend: str) -> tuple[tuple[str, str], ...]:
@@ -197,6 +203,7 @@ def _check_repository(
     lane_factory: Callable[[], Any] | None = None,
 ) -> int:
     from kvparity.model.classes import REQUIRED
+    from kvparity.report.markdown import check_markdown
     from kvparity.run.sweep import check_repository
 
     worlds = worlds or _worlds(args.backend)
@@ -244,12 +251,19 @@ def _check_repository(
     if args.repro and verdict.scenario is not None:
         Path(args.repro).write_text(_repro_script(verdict.scenario))
         print(f"wrote {args.repro}")
+    _write_markdown(args.markdown, lambda: check_markdown(verdict))
     return 0 if verdict.verdict == "parity" else 1
 
 
 def _write_json(path: str | None, payload: dict) -> None:
     if path:
         Path(path).write_text(json.dumps(payload, indent=2, sort_keys=True) + "\n")
+        print(f"wrote {path}")
+
+
+def _write_markdown(path: str | None, text: Callable[[], str]) -> None:
+    if path:
+        Path(path).write_text(text())
         print(f"wrote {path}")
 
 
@@ -277,6 +291,7 @@ def _check_candidate(args: argparse.Namespace) -> int:
     """The candidate, in a sandboxed child process, against this repository's reference."""
     from kvparity.candidate.check import check_candidate
     from kvparity.candidate.loader import CandidateLoadError
+    from kvparity.report.markdown import candidate_markdown
 
     if args.target not in REGISTRY:  # the whole path: no plug-in target
         print("kvparity check: --target prepare_for_extend takes no candidate (SPEC section 9 gives SGLang's "
@@ -291,6 +306,7 @@ def _check_candidate(args: argparse.Namespace) -> int:
     print(result.report())
     print(f"verdict: {result.verdict.upper()}")
     _write_json(args.json, result.to_dict())
+    _write_markdown(args.markdown, lambda: candidate_markdown(result))
     if args.repro and result.counterexample is not None:
         Path(args.repro).write_text(result.repro_script())
         print(f"wrote {args.repro}")

@@ -6,6 +6,8 @@
     kvparity golden list                                 the golden names and why each is pinned
     kvparity mutants [--only NAME] [--json PATH]         every mutant of the zoo must be killed
     kvparity matrix [VERSION ...] [--base V]             real SGLang releases pairwise, exact or up to renumbering
+    kvparity matrix ... --shard I/N                      one share of the pairs; merge joins the shares' JSON:
+    kvparity matrix merge SHARD.json ... [--json PATH]   the whole matrix, as one unsharded run reports it
 
 Exit status: 0 success, 1 a difference or a refusal, 2 usage (an unknown golden name, say).
 Each command group registers itself in ``_COMMANDS``; a new group adds one function there.

@@ -1,8 +1,10 @@
-"""``kvparity matrix [VERSION ...] [--base V]``: real SGLang releases, each against the one before
-it (or every one against ``--base``), on one scenario set, on both backends; per pair the
-verdict (exact, renumbered, divergent), the scenarios played, the fields and classes where they
-differ and the first counterexample in one line. Exit 0 only when every pair is exact or
-renumbered, 1 when one diverges, 2 for a usage or install error."""
+"""``kvparity matrix [VERSION ...] [--base V] [--shard I/N]``: real SGLang releases, each against
+the one before it (or every one against ``--base``), on one scenario set, on both backends; per
+pair the verdict (exact, renumbered, divergent), the scenarios played, the fields and classes where
+they differ and the first counterexample in one line. ``--shard I/N`` plays the I-th of N shares of
+the pairs (``kvparity.run.matrix_shards``); ``kvparity matrix merge SHARD.json ...`` joins the
+shares' JSON into the table, Markdown and picture of the whole matrix. Exit 0 only when every pair
+is exact or renumbered, 1 when one diverges, 2 for a usage or install error."""
 
 from __future__ import annotations
 
@@ -11,28 +13,40 @@ import dataclasses
 import json
 import os
 import sys
+from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from kvparity.cli.paths import output_path_problem
 from kvparity.model.scenario import scenario_to_dict
+from kvparity.run import matrix_shards as shards
 
 USAGE_ERROR = 2
 DEFAULT_VERSIONS = ("0.5.3", "0.5.3.post1", "0.5.3.post2", "0.5.4")
 DEFAULT_PER_TEMPLATE = 10
+PROFILE = "ci"
+MERGE = "merge"
+RUN_ONLY = ("base", "backend", "examples", "jobs", "shard")  # options of a run, refused by merge
 
 
 def add(commands: argparse._SubParsersAction, parser_class: type) -> None:
     text = "compare real SGLang releases pairwise, exactly or up to renumbering"
-    sub = commands.add_parser("matrix", help=text, description=text)
+    usage = ("%(prog)s [VERSION ...|all] [--base V] [--backend {triton,torch,all}] [--examples N] [--jobs N]\n"
+             "       [--shard I/N] [--json PATH] [--markdown PATH] [--png PATH]\n"
+             "       %(prog)s merge SHARD.json ... [--json PATH] [--markdown PATH] [--png PATH]")
+    sub = commands.add_parser("matrix", help=text, description=text, usage=usage)
     sub.add_argument("versions", nargs="*", metavar="VERSION",
                      help=f"releases, oldest first, or 'all' for every release kvparity drives "
-                          f"(default: {' '.join(DEFAULT_VERSIONS)})")
+                          f"(default: {' '.join(DEFAULT_VERSIONS)}); or 'merge SHARD.json ...': join the "
+                          f"JSON of the shards of one run into the whole matrix")
     sub.add_argument("--base", metavar="V", help="compare every release against V instead of the one before it")
-    sub.add_argument("--backend", choices=("triton", "torch", "all"), default="all")
-    sub.add_argument("--examples", type=int, default=DEFAULT_PER_TEMPLATE, help="scenarios per template (default 10)")
+    sub.add_argument("--backend", choices=("triton", "torch", "all"), default=None, help="(default: all)")
+    sub.add_argument("--examples", type=int, default=None, help=f"scenarios per template (default {DEFAULT_PER_TEMPLATE})")
     sub.add_argument("--jobs", type=int, default=None, metavar="N",
                      help="releases played at once, each in its own worker process (default: the usable cores)")
+    sub.add_argument("--shard", metavar="I/N",
+                     help="play only the I-th of N shares of the pairs (1-based), starting only the releases "
+                          "they need; 'kvparity matrix merge' joins the shards' --json files")
     sub.add_argument("--json", metavar="PATH", help="write the matrix as JSON")
     sub.add_argument("--markdown", metavar="PATH", help="write the matrix as a Markdown table")
     sub.add_argument("--png", metavar="PATH", help="draw releases by verdict (needs matplotlib)")
@@ -55,10 +69,19 @@ def _pairs(versions: list[str], base: str | None) -> list[tuple[str, str]]:
 
 
 def _problem(args: argparse.Namespace) -> str | None:
-    if not 1 <= args.examples <= 10_000:
+    if args.examples is not None and not 1 <= args.examples <= 10_000:
         return f"--examples must be from 1 to 10000 (got {args.examples})"
     if args.jobs is not None and not 1 <= args.jobs <= 256:
         return f"--jobs must be from 1 to 256 (got {args.jobs})"
+    if args.shard is not None:
+        try:
+            shards.parse_shard(args.shard)
+        except ValueError as exc:
+            return str(exc)
+    return _output_problem(args)
+
+
+def _output_problem(args: argparse.Namespace) -> str | None:
     for option in ("json", "markdown", "png"):
         problem = output_path_problem(f"--{option}", getattr(args, option))
         if problem:
@@ -89,6 +112,8 @@ def _scenarios(per_template: int) -> list:
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.versions[:1] == [MERGE]:
+        return merge(args)
     problem = _problem(args)
     versions = _versions(args.versions)
     if not problem and len(versions) + (args.base is not None and args.base not in versions) < 2:
@@ -98,52 +123,94 @@ def run(args: argparse.Namespace) -> int:
         return USAGE_ERROR
     from kvparity.engine.real import RealSGLangError
     from kvparity.engine.real.lane import RealLane
+    from kvparity.engine.real.versions import entry
     from kvparity.kernels import runtime  # noqa: F401  (the device and Triton's mode first)
     from kvparity.model import profiles
     from kvparity.run.matrix import run_matrix
     from kvparity.run.sweep import Progress
 
-    profiles.load("ci")
-    backends = ("torch", "triton") if args.backend == "all" else (args.backend,)
+    profiles.load(PROFILE)
+    backends = ("torch", "triton") if args.backend in (None, "all") else (args.backend,)
+    per_template = args.examples or DEFAULT_PER_TEMPLATE
     releases = versions + ([args.base] if args.base and args.base not in versions else [])
-    jobs = args.jobs or len(os.sched_getaffinity(0))
-    lanes: dict = {}
-    with ThreadPoolExecutor(max_workers=jobs) as pool:  # each lane waits on its own worker process
-        try:
-            lanes = {v: RealLane([v], backends) for v in releases}
-            list(pool.map(lambda lane: lane.start(), lanes.values()))
-        except RealSGLangError as exc:
-            for lane in lanes.values():
-                lane.close()
-            print(f"kvparity matrix: {exc}", file=sys.stderr)
-            return USAGE_ERROR
-        scenarios = _scenarios(args.examples)
-        progress = Progress(len(scenarios))
-        try:
-            results = run_matrix(scenarios, lanes, _pairs(versions, args.base), tick=progress.step, pool=pool)
-        finally:
-            progress.close()
-            for lane in lanes.values():
-                lane.close()
-    _print(results)
-    _write(args, results)
-    return 0 if all(r.verdict != "divergent" for r in results) else 1
+    pairs = _pairs(versions, args.base)
+    shard = shards.parse_shard(args.shard) if args.shard else shards.WHOLE
+    mine = shards.share(pairs, shard)
+    try:  # every release of the run, not only this shard's: a bad one is refused by every shard
+        for release in releases:
+            entry(release)
+    except RealSGLangError as exc:
+        print(f"kvparity matrix: {exc}", file=sys.stderr)
+        return USAGE_ERROR
+    scenarios = _scenarios(per_template)
+    plan = shards.plan(releases, pairs, backends, shards.scenario_set(
+        PROFILE, per_template, [scenario_to_dict(s) for s in scenarios]))
+    results: list = []
+    if not mine:
+        print(f"kvparity matrix: shard {shard} has no pairs to play (the run has {len(pairs)} in {shard.count} "
+              f"shards)", file=sys.stderr)
+    else:
+        playing = shards.releases_of(mine, releases)  # only the releases this shard's pairs need
+        jobs = args.jobs or len(os.sched_getaffinity(0))
+        lanes: dict = {}
+        with ThreadPoolExecutor(max_workers=jobs) as pool:  # each lane waits on its own worker process
+            try:
+                lanes = {v: RealLane([v], backends) for v in playing}
+                list(pool.map(lambda lane: lane.start(), lanes.values()))
+            except RealSGLangError as exc:
+                for lane in lanes.values():
+                    lane.close()
+                print(f"kvparity matrix: {exc}", file=sys.stderr)
+                return USAGE_ERROR
+            progress = Progress(len(scenarios))
+            try:
+                results = run_matrix(scenarios, lanes, mine, tick=progress.step, pool=pool)
+            finally:
+                progress.close()
+                for lane in lanes.values():
+                    lane.close()
+    return _report(args, shards.document(_rows(results), plan, shard))
 
 
-def _print(results) -> None:
-    width = max(len(f"{r.reference} vs {r.other}") for r in results)
+def merge(args: argparse.Namespace) -> int:
+    """``kvparity matrix merge SHARD.json ...``: the shards' documents joined, then reported as an
+    unsharded run reports."""
+    given = [f"--{option}" for option in RUN_ONLY if getattr(args, option) is not None]
+    problem = f"{given[0]} is an option of a run, not of merge" if given else _output_problem(args)
+    try:
+        if problem:
+            raise shards.MergeError(problem)
+        whole = shards.merge([(path, shards.load(path)) for path in args.versions[1:]])
+    except shards.MergeError as exc:
+        print(f"kvparity matrix merge: {exc}", file=sys.stderr)
+        return USAGE_ERROR
+    return _report(args, whole)
+
+
+def _report(args: argparse.Namespace, doc: dict) -> int:
+    """Print the table of ``doc``'s rows, write the files asked for; the exit status."""
+    rows = doc["pairs"]
+    _print(rows)
+    _write(args, doc)
+    return 0 if all(row["verdict"] != "divergent" for row in rows) else 1
+
+
+def _print(rows: list[dict]) -> None:
+    width = max((len(f"{r['reference']} vs {r['other']}") for r in rows), default=len("pair"))
     print(f"{'pair':<{width}}  {'scenarios':>9}  {'verdict':<10}  renumbered  divergent")
-    for r in results:
-        print(f"{r.reference + ' vs ' + r.other:<{width}}  {r.scenarios:>9}  {r.verdict:<10}  {r.renumbered:>10}  {r.divergent:>9}")
-        for name, n in sorted(r.findings.items()):
+    for r in rows:
+        print(f"{r['reference'] + ' vs ' + r['other']:<{width}}  {r['scenarios']:>9}  {r['verdict']:<10}  "
+              f"{r['renumbered']:>10}  {r['divergent']:>9}")
+        for name, n in sorted(r["known_changes"].items()):
             print(f"  known difference: {name} (in {n} scenarios)")
-        for change in _release_changes(r):
-            pr = f", {change.pull_request}" if change.pull_request else ""
-            print(f"  release change ({change.kind}, {change.release}{pr}): {change.what}")
-        if r.fields:
-            print(f"  differs first in: {', '.join(f'{k} ({n})' for k, n in r.fields.most_common())}")
-            print(f"  classes of the divergent scenarios: {', '.join(k for k, _ in r.classes.most_common(6))}")
-            print(f"  first counterexample: {r.counterexample}")
+        for change in r["release_changes"]:
+            pr = f", {change['pull_request']}" if change["pull_request"] else ""
+            print(f"  release change ({change['kind']}, {change['release']}{pr}): {change['what']}")
+        if r["fields"]:
+            fields, classes = Counter(r["fields"]), Counter(r["classes"])
+            print(f"  differs first in: {', '.join(f'{k} ({n})' for k, n in fields.most_common())}")
+            print(f"  classes of the divergent scenarios: {', '.join(k for k, _ in classes.most_common(6))}")
+            print(f"  first counterexample: {r['counterexample']}")
 
 
 def _release_changes(r) -> list:
@@ -154,32 +221,39 @@ def _release_changes(r) -> list:
 
 
 def _rows(results) -> list[dict]:
-    return [{"reference": r.reference, "other": r.other, "verdict": r.verdict, "scenarios": r.scenarios,
+    """One row per ``PairResult``: plain data, what ``--json`` writes and every report is drawn from."""
+    return [{"reference": r.reference, "other": r.other, "reference_release": r.reference_release,
+             "other_release": r.other_release, "backend": r.backend, "verdict": r.verdict, "scenarios": r.scenarios,
              "renumbered": r.renumbered, "divergent": r.divergent, "fields": dict(r.fields),
              "classes": dict(r.classes), "known_changes": dict(r.findings), "counterexample": r.counterexample,
              "release_changes": [dataclasses.asdict(c) for c in _release_changes(r)],
              "scenario": None if r.scenario is None else scenario_to_dict(r.scenario)} for r in results]
 
 
-def _write(args: argparse.Namespace, results) -> None:
+def _markdown(rows: list[dict]) -> str:
+    lines = ["| reference | release | scenarios | verdict | renumbered | divergent | known changes | "
+             "release changes on this path | first counterexample |",
+             "|---|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        known = "; ".join(f"{k} ({n})" for k, n in sorted(r["known_changes"].items())) or "-"
+        notes = "; ".join(f"{c['kind']}: {c['what']}" + (f" ({c['pull_request']})" if c["pull_request"] else "")
+                          for c in r["release_changes"]) or "-"
+        lines.append(f"| {r['reference']} | {r['other']} | {r['scenarios']} | {r['verdict']} | {r['renumbered']} "
+                     f"| {r['divergent']} | {known} | {notes.replace('|', '/')} "
+                     f"| {(r['counterexample'] or '-').replace('|', '/')} |")
+    return "\n".join(lines) + "\n"
+
+
+def _write(args: argparse.Namespace, doc: dict) -> None:
     if args.json:
-        Path(args.json).write_text(json.dumps({"pairs": _rows(results)}, indent=2) + "\n")
+        Path(args.json).write_text(json.dumps(doc, indent=2) + "\n")
     if args.markdown:
-        lines = ["| reference | release | scenarios | verdict | renumbered | divergent | known changes | "
-                 "release changes on this path | first counterexample |",
-                 "|---|---|---|---|---|---|---|---|---|"]
-        for r in results:
-            known = "; ".join(f"{k} ({n})" for k, n in sorted(r.findings.items())) or "-"
-            notes = "; ".join(f"{c.kind}: {c.what}" + (f" ({c.pull_request})" if c.pull_request else "")
-                              for c in _release_changes(r)) or "-"
-            lines.append(f"| {r.reference} | {r.other} | {r.scenarios} | {r.verdict} | {r.renumbered} | {r.divergent} "
-                         f"| {known} | {notes.replace('|', '/')} | {(r.counterexample or '-').replace('|', '/')} |")
-        Path(args.markdown).write_text("\n".join(lines) + "\n")
+        Path(args.markdown).write_text(_markdown(doc["pairs"]))
     if args.png:
-        _plot(results, args.png)
+        _plot(doc["pairs"], args.png)
 
 
-def _plot(results, path: str) -> None:
+def _plot(rows: list[dict], path: str) -> None:
     """Releases down, backends across: one cell per pair, coloured by verdict, with its counts."""
     import matplotlib
 
@@ -188,15 +262,15 @@ def _plot(results, path: str) -> None:
     from matplotlib.patches import Patch
 
     colours = {"exact": "#2e7d32", "renumbered": "#f9a825", "divergent": "#c62828"}
-    pairs = list(dict.fromkeys((r.reference_release, r.other_release) for r in results))
-    backends = list(dict.fromkeys(r.backend for r in results))
+    pairs = list(dict.fromkeys((r["reference_release"], r["other_release"]) for r in rows))
+    backends = list(dict.fromkeys(r["backend"] for r in rows))
     fig, ax = plt.subplots(figsize=(2.2 + 2.0 * len(backends), 0.8 + 0.32 * len(pairs)))
-    for r in results:
-        y = pairs.index((r.reference_release, r.other_release))
-        x = backends.index(r.backend)
-        ax.add_patch(plt.Rectangle((x, y), 0.96, 0.9, color=colours[r.verdict]))
-        count = r.divergent if r.verdict == "divergent" else r.renumbered
-        label = r.verdict if r.verdict == "exact" else f"{r.verdict} in {count}/{r.scenarios}"
+    for r in rows:
+        y = pairs.index((r["reference_release"], r["other_release"]))
+        x = backends.index(r["backend"])
+        ax.add_patch(plt.Rectangle((x, y), 0.96, 0.9, color=colours[r["verdict"]]))
+        count = r["divergent"] if r["verdict"] == "divergent" else r["renumbered"]
+        label = r["verdict"] if r["verdict"] == "exact" else f"{r['verdict']} in {count}/{r['scenarios']}"
         ax.text(x + 0.48, y + 0.45, label, ha="center", va="center", fontsize=7, color="white")
     ax.set_xlim(0, len(backends))
     ax.set_ylim(len(pairs), 0)

@@ -96,8 +96,7 @@ class Scheduler:
         return self.world.allocator
 
     def _lock(self, req: Any) -> None:
-        if self.scenario.cache_kind == "radix":
-            self.cache.inc_lock_ref(req.last_node)
+        self.world.lock(req)  # the PrefillAdder's admission lock, in the world's own terms
 
     def _sample(self, rid: str) -> None:
         req = self.reqs[rid]

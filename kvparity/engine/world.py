@@ -84,6 +84,11 @@ class World:
             req.fill_ids = req.fill_ids[: len(req.prefix_indices) + tokens]
             req.extend_input_len = tokens
 
+    def lock(self, req: Any) -> None:
+        """The PrefillAdder's admission lock on the matched node (radix cache only)."""
+        if isinstance(self.tree_cache, RadixCache):
+            self.tree_cache.inc_lock_ref(req.last_node)
+
     # SGLang 0.5.3's scheduler frees the chunked request's row after caching it (it takes a new
     # row with its next chunk); from 0.5.9 the request keeps its row (RealWorld says which).
     stash_frees_row = True

@@ -24,6 +24,14 @@ ALLOWED = {
 }
 ALIAS_DEFECT = "legacy chunk-cache alias"
 
+FINISH_SPLITS_AT_PROMPT = "0.5.20 splits the tree at the prompt boundary on finish"
+CHECKPOINT_SPLITS_AT_PROMPT = "0.5.22 checkpoint splits the tree at the prompt boundary"
+FINISH_REPOINTS_ROW = "0.5.22 repoints a finished row onto the tree's slots"
+RELEASED_HAS_NO_PREFIX = "0.5.22 has no prefix for a released request"
+INT64_STAGED_FREES = "0.5.22 stages freed slots as int64"
+# Topology-only tree differences, newest first: the first whose release lies between two worlds names it.
+TREE_SPLITS = (CHECKPOINT_SPLITS_AT_PROMPT, FINISH_SPLITS_AT_PROMPT)
+
 # Known differences between real SGLang releases (on top of ALLOWED): each one a run meets is
 # reported as a finding, never silently as parity. Key: name; value: (the release that changed
 # it, why). Matched by ``_known_version_difference``.
@@ -35,6 +43,24 @@ KNOWN_VERSION_DIFFERENCES = {
         "0.5.3.post2", "RadixCache.cache_finished_req frees the unaligned tail after the duplicate pages, not before: "
         "the same pages are freed in another order, so the free list differs only in order (later slots are "
         "renumbered, which only a comparison up to renumbering can follow)"),
+    FINISH_SPLITS_AT_PROMPT: (
+        "0.5.20", "cache_finished_req inserts the prompt again after the whole sequence, splitting the leaf at the "
+        "prompt boundary (so that eviction can drop the output's KV and keep the prompt's): the tree has more nodes, "
+        "with the same tokens, slots and locks per token"),
+    CHECKPOINT_SPLITS_AT_PROMPT: (
+        "0.5.22", "checkpoint (which replaced cache_unfinished_req) also inserts the prompt-only key, splitting a node "
+        "at the prompt boundary where 0.5.21 did so only at finish: the same tokens, slots and locks per token"),
+    FINISH_REPOINTS_ROW: (
+        "0.5.22", "release_kv_cache checkpoints a finished request, which rewrites its row's columns with the tree's "
+        "slots before the row is freed (0.5.21's insert_req left the duplicate slots there): only cells of rows free "
+        "on both sides differ, and this release's value is a slot the tree holds"),
+    INT64_STAGED_FREES: (
+        "0.5.22", "a finished request's slots are freed through the tree's int64 copy of its row (checkpoint), so the "
+        "freed slots waiting for the next merge are an int64 list where 0.5.21's int32 row slices made an int32 one: "
+        "the same slots in the same order"),
+    RELEASED_HAS_NO_PREFIX: (
+        "0.5.22", "Req.prefix_indices is gone: the prefix is prefix_len plus the row or the locked tree path, so a "
+        "request whose KV was released (finished) has no readable prefix; it is compared wherever both sides have one"),
 }
 
 
@@ -88,16 +114,24 @@ def compare(ref_id: WorldId, ref: Snapshot, world: WorldId, got: Snapshot) -> li
     excused = _failure_excuses(ref) | _failure_excuses(got) if failed else set()
     cells = _table_cells(ref.req_to_token, got.req_to_token, excused)
     if cells:
-        add("req_to_token", f"{len(cells)} cells differ", cells=cells)
+        known = _known_version_difference(ref_id, world, FINISH_REPOINTS_ROW) if _repointed_rows(ref, got, cells) else None
+        add("req_to_token", f"{len(cells)} cells differ", cells=cells, known_defect=known)
     for attr in ("free_pages", "release_pages"):
         a, b = getattr(ref, attr), getattr(got, attr)
         if a.dtype != b.dtype or not torch.equal(a, b):
             same_set = a.dtype == b.dtype and sorted(a.tolist()) == sorted(b.tolist())
             known = _known_version_difference(ref_id, world, "0.5.3.post2 frees the paged tail last") if same_set else None
+            if a.dtype != b.dtype and a.tolist() == b.tolist():
+                known = _known_version_difference(ref_id, world, INT64_STAGED_FREES)
             add(f"allocator {attr}", f"{b.tolist()} ({b.dtype}) != {a.tolist()} ({a.dtype})", known_defect=known)
-    for attr in ("available_size", "free_rows", "tree"):
+    for attr in ("available_size", "free_rows"):
         if getattr(ref, attr) != getattr(got, attr):
             add(attr, f"{getattr(got, attr)} != {getattr(ref, attr)}")
+    if ref.tree != got.tree:
+        same_tokens = per_token(ref.tree) == per_token(got.tree)
+        known = tree_split_difference(ref_id, world) if same_tokens else None
+        what = "tree topology (the same tokens, slots and locks)" if same_tokens else "tree"
+        add(what, f"{got.tree} != {ref.tree}", known_defect=known)
     for rid, r_view in ref.requests.items():
         if failed and rid in r_rec.rids:
             continue  # ALLOWED "after allocation failure"
@@ -125,6 +159,48 @@ def _known_version_difference(ref_id: WorldId, world: WorldId, key: str) -> str 
     return key if newer[0] != newer[1] else None
 
 
+# The prefix kind of a 0.5.22+ request whose KV was released (kvparity.engine.real.adapter_prefix_len).
+RELEASED_PREFIX_KIND = "ReleasedPrefix"
+
+
+def per_token(tree: tuple) -> list[tuple]:
+    """The tree token by token: ``(extra key, path up to and with the token, slot, lock)``, sorted.
+    Two trees that differ only in where nodes are split have the same tokens."""
+    out = []
+    for extra, path, slots, lock in tree:
+        start = len(path) - len(slots)
+        out += [(extra is not None, extra or "", path[: start + i + 1], slot, lock) for i, slot in enumerate(slots)]
+    return sorted(out)
+
+
+def known_between(ref_id: WorldId, world: WorldId) -> frozenset[str]:
+    """The known release differences that can show between these two worlds."""
+    return frozenset(key for key in KNOWN_VERSION_DIFFERENCES if _known_version_difference(ref_id, world, key))
+
+
+def tree_split_difference(ref_id: WorldId, world: WorldId) -> str | None:
+    """The release change a topology-only tree difference between these worlds is, if any."""
+    for key in TREE_SPLITS:
+        if _known_version_difference(ref_id, world, key):
+            return key
+    return None
+
+
+def _live_columns(snap: Snapshot) -> dict[int, int]:
+    """Row -> how many of its columns the request holding it has live (its later cells are stale)."""
+    return {v.req_pool_idx: v.slotted for v in snap.requests.values()
+            if v.req_pool_idx is not None and v.status not in ("waiting", "finished")}
+
+
+def _repointed_rows(ref: Snapshot, got: Snapshot, cells: list[tuple[int, int, int, int]]) -> bool:
+    """Every differing cell is stale on both sides (its row free, or past its owner's live
+    columns), and one side's value there is a slot its tree holds: what a finish that repointed
+    the row onto the tree before freeing it left behind."""
+    live_a, live_b = _live_columns(ref), _live_columns(got)
+    stale = lambda row, col: col >= live_a.get(row, 0) and col >= live_b.get(row, 0)  # noqa: E731
+    return all(stale(row, col) and (b in got.tree_slot_set or a in ref.tree_slot_set) for row, col, a, b in cells)
+
+
 def aliases_a_row_it_left(view: Any) -> bool:
     """Legacy's view prefix points into a row the request no longer owns (it moved to another row,
     or finished and its row was freed): whoever takes that row next rewrites the "prefix"."""
@@ -145,8 +221,13 @@ def _request_diffs(rid, r_view, g_view, world: WorldId, ref_id: WorldId, cross_v
             legacy_view = r_view if ref_id.family == "legacy" else g_view
             if aliases_a_row_it_left(legacy_view):
                 defect = ALIAS_DEFECT
+        if attr == "prefix_values" and RELEASED_PREFIX_KIND in (r_view.prefix_kind, g_view.prefix_kind):
+            defect = _known_version_difference(ref_id, world, RELEASED_HAS_NO_PREFIX)
         diffs.append(Difference(name, ref_name, f"request {rid} {attr}", f"{b} != {a}", known_defect=defect))
     if not cross_version and r_view.prefix_kind != g_view.prefix_kind:
         # Same version on another backend: even the prefix's type must match.
-        diffs.append(Difference(name, ref_name, f"request {rid} prefix type", f"{g_view.prefix_kind} != {r_view.prefix_kind}"))
+        released = RELEASED_PREFIX_KIND in (r_view.prefix_kind, g_view.prefix_kind)
+        defect = _known_version_difference(ref_id, world, RELEASED_HAS_NO_PREFIX) if released else None
+        diffs.append(Difference(name, ref_name, f"request {rid} prefix type", f"{g_view.prefix_kind} != {r_view.prefix_kind}",
+                                known_defect=defect))
     return diffs

@@ -22,6 +22,13 @@ from dataclasses import dataclass, field
 import torch
 
 from kvparity.engine.snapshot import Snapshot
+from kvparity.judge.compare import (
+    FINISH_REPOINTS_ROW,
+    RELEASED_HAS_NO_PREFIX,
+    RELEASED_PREFIX_KIND,
+    TREE_SPLITS,
+    per_token,
+)
 from kvparity.model.poison import POISON
 
 EXACT, RENUMBERED, DIVERGENT = "exact", "renumbered", "divergent"
@@ -45,6 +52,7 @@ class RenumberVerdict:
     what: str | None = None  # for a divergence: the kind of what failed ("row map", "fill_ids", ...)
     rows: dict[int, int] = field(default_factory=dict)  # reference row -> row
     pages: dict[int, int] = field(default_factory=dict)  # reference page -> page
+    findings: set[str] = field(default_factory=set)  # known release differences met (compare.KNOWN_VERSION_DIFFERENCES)
 
 
 class Mismatch(Exception):
@@ -100,6 +108,10 @@ class Bijection:
             if b is not None and b in got_set:
                 del self.forward[a], self.backward[b]
 
+    def agrees(self, a: int, b: int) -> bool:
+        """Whether pairing ``a`` with ``b`` contradicts no pair made so far (nothing is paired)."""
+        return self.forward.get(a, b) == b and self.backward.get(b, a) == a
+
     def is_identity(self) -> bool:
         return all(a == b for a, b in self.forward.items())
 
@@ -107,8 +119,10 @@ class Bijection:
 class Renumbering:
     """The row and page bijections of one pair of runs, checked stage by stage."""
 
-    def __init__(self, page_size: int) -> None:
+    def __init__(self, page_size: int, known: frozenset[str] = frozenset()) -> None:
         self.page_size = page_size
+        self.known = known  # known release differences between the two runs, excused and recorded
+        self.findings: set[str] = set()
         self.rows = Bijection("row")
         self.pages = Bijection("page")
         # Reference row -> the most columns its owner had while the row's current pair lasted: a
@@ -166,6 +180,10 @@ class Renumbering:
                 raise Mismatch("row", f"{where}: request {rid} row {b.req_pool_idx} against {a.req_pool_idx}")
             if a.req_pool_idx is not None and b.req_pool_idx is not None and holds_row:
                 self.rows.pair(a.req_pool_idx, b.req_pool_idx, f"{where}, request {rid}")
+            if RELEASED_PREFIX_KIND in (a.prefix_kind, b.prefix_kind) and RELEASED_HAS_NO_PREFIX in self.known:
+                if a.prefix_values != b.prefix_values:
+                    self.findings.add(RELEASED_HAS_NO_PREFIX)
+                continue  # one side has no prefix to compare
             if not (_left_row(a) or _left_row(b)):  # legacy's alias (ALLOWED): its values are no one's
                 self.slots(a.prefix_values, b.prefix_values, f"{where}, request {rid} prefix", "prefix_values")
 
@@ -194,8 +212,17 @@ class Renumbering:
             live = owners.get(row, self.row_extent.get(row, a_table.shape[1]))
             # Each distinct (reference, other) pair of cell values once: the map must hold for all.
             pairs = torch.stack((a_table[row, :live], b_table[other, :live]), dim=1).unique(dim=0).tolist()
+            if row not in owners and FINISH_REPOINTS_ROW in self.known and not self._consistent(pairs):
+                self.findings.add(FINISH_REPOINTS_ROW)  # a free row's stale cells, repointed in one run
+                continue
             for a, b in pairs:
                 self.slot(int(a), int(b), f"{where}, row {row} (here {other})")
+
+    def _consistent(self, pairs: list[list[int]]) -> bool:
+        """Whether these slot pairs fit the page map as it stands (nothing is paired)."""
+        ps = self.page_size
+        return all(a == b or (a >= 0 and b >= 0 and a % ps == b % ps and self.pages.agrees(a // ps, b // ps))
+                   for a, b in pairs)
 
     def _extra_rows(self, a_table: torch.Tensor, b_table: torch.Tensor, where: str) -> None:
         """Tables of different heights (0.5.11 reserves row 0 and adds one row): the taller one
@@ -216,6 +243,10 @@ class Renumbering:
                            f"of its rows were never used")
 
     def _tree(self, ref: Snapshot, got: Snapshot, where: str) -> None:
+        split = next((key for key in TREE_SPLITS if key in self.known), None)
+        if split is not None and {(e[0], e[1]) for e in ref.tree} != {(e[0], e[1]) for e in got.tree}:
+            self._tree_per_token(ref, got, where, split)
+            return
         if len(ref.tree) != len(got.tree):
             raise Mismatch("tree", f"{where}: the tree has {len(got.tree)} nodes against the reference's {len(ref.tree)}")
         by_path = {(e[0], e[1]): e for e in got.tree}
@@ -225,6 +256,15 @@ class Renumbering:
                 raise Mismatch("tree", f"{where}: tree node {path[:8]}{'...' if len(path) > 8 else ''} (extra key {extra!r}) "
                                f"is {other and ('locked ' + str(other[3]))} against locked {lock}")
             self.slots(slots, other[2], f"{where}, tree node of {len(path)} tokens", "tree")
+
+    def _tree_per_token(self, ref: Snapshot, got: Snapshot, where: str, split: str) -> None:
+        """Trees whose nodes are split in other places: equal token by token (path, lock, slot
+        under the page map), which is the known release change ``split``."""
+        a_tokens, b_tokens = per_token(ref.tree), per_token(got.tree)
+        if [t[:3] + t[4:] for t in a_tokens] != [t[:3] + t[4:] for t in b_tokens]:
+            raise Mismatch("tree", f"{where}: the tree's tokens or locks differ (not only where its nodes are split)")
+        self.slots([t[3] for t in a_tokens], [t[3] for t in b_tokens], f"{where}, tree tokens", "tree")
+        self.findings.add(split)
 
     def _free(self, ref: Snapshot, got: Snapshot, where: str) -> None:
         if ref.available_size != got.available_size:
@@ -243,17 +283,21 @@ def _left_row(view) -> bool:
     return view.alias_row is not None and (view.alias_row != view.req_pool_idx or view.status == "finished")
 
 
-def renumbering_verdict(ref: list[Snapshot], got: list[Snapshot], page_size: int, *, exact: bool) -> RenumberVerdict:
+def renumbering_verdict(ref: list[Snapshot], got: list[Snapshot], page_size: int, *, exact: bool,
+                        known: frozenset[str] = frozenset()) -> RenumberVerdict:
     """``exact``: the caller's exact comparison found no difference. Otherwise, is there one
-    consistent renumbering of rows and pages that explains every stage?"""
+    consistent renumbering of rows and pages that explains every stage, the ``known`` release
+    differences between the two runs excused (and recorded in ``findings`` where met)?"""
     if exact:
         return RenumberVerdict(EXACT)
-    renumbering = Renumbering(page_size)
+    renumbering = Renumbering(page_size, known)
     try:
         if len(ref) != len(got):
             raise Mismatch("stages", f"stages: {len(got) - 1} against the reference's {len(ref) - 1}")
         for a, b in zip(ref, got):
             renumbering.stage(a, b)
     except Mismatch as exc:
-        return RenumberVerdict(DIVERGENT, str(exc), exc.what, rows=renumbering.rows.forward, pages=renumbering.pages.forward)
-    return RenumberVerdict(RENUMBERED, rows=renumbering.rows.forward, pages=renumbering.pages.forward)
+        return RenumberVerdict(DIVERGENT, str(exc), exc.what, rows=renumbering.rows.forward, pages=renumbering.pages.forward,
+                               findings=renumbering.findings)
+    return RenumberVerdict(RENUMBERED, rows=renumbering.rows.forward, pages=renumbering.pages.forward,
+                           findings=renumbering.findings)

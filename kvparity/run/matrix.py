@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kvparity.engine.snapshot import Snapshot
-from kvparity.judge.compare import ALLOWED, compare
+from kvparity.judge.compare import ALLOWED, compare, known_between
 from kvparity.judge.renumber import DIVERGENT, EXACT, RENUMBERED, RenumberVerdict, renumbering_verdict
 from kvparity.model.scenario import Scenario
 from kvparity.model.worlds import WorldId
@@ -76,7 +76,12 @@ def pair_verdict(
     known = {d.known_defect for d in diffs if d is not None and d.known_defect}
     # Exact up to what ALLOWED excuses (legacy's alias): the differences of the refactor itself.
     exact = all(d is not None and d.known_defect in ALLOWED for d in diffs)
-    return renumbering_verdict(ref, got, page_size, exact=exact), known
+    verdict = renumbering_verdict(ref, got, page_size, exact=exact, known=known_between(ref_id, world))
+    identity = all(a == b for a, b in verdict.rows.items()) and all(a == b for a, b in verdict.pages.items())
+    if verdict.verdict == RENUMBERED and identity and all(d is not None and d.known_defect for d in diffs):
+        # Nothing was renumbered: every difference is a named one (counted below), none a number.
+        verdict = RenumberVerdict(EXACT, findings=verdict.findings)
+    return verdict, known | verdict.findings
 
 
 def play_pilot(scenario: Scenario) -> tuple[int | None, set[str]]:

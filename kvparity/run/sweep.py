@@ -39,6 +39,7 @@ class HarnessVerdict:
     counterexample: str | None = None
     scenario: Scenario | None = None
     diverged: set[str] = field(default_factory=set)  # worlds that differed or broke an oracle
+    failure: RunResult | None = None  # the shrunk counterexample's result (``counterexample`` is its report)
     seconds: float = 0.0
     per_device: Counter = field(default_factory=Counter)  # GPU -> scenarios its jobs played (parallel runs)
 
@@ -202,6 +203,7 @@ def _merge(verdict: HarnessVerdict, outcomes: list[TemplateOutcome]) -> None:
             verdict.verdict = "divergence"
             verdict.scenario = scenario
             verdict.counterexample = format_failure(result)
+            verdict.failure = result
             verdict.diverged = {d.world for d in result.divergences} | {v.world for v in result.violations}
             verdict.worlds = result.worlds
             return  # a single process would have stopped here

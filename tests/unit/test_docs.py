@@ -31,7 +31,9 @@ PAGE_IDS = [str(p.relative_to(ROOT)) for p in PAGES]
 
 # Words in code spans that look like paths but name no file of this repository, each with why.
 NOT_REPOSITORY_PATHS = {
+    "kvparity/kvparity@v1": "the placeholder for where the GitHub Action is published, in docs/github-action.md",
     "path/to/file.py": "the placeholder of --candidate's file form",
+    "I/N": "the placeholder of kvparity matrix --shard's value, shard I of N",
     "python/": "the folder of an SGLang checkout that holds the sglang package",
     "reports/": "the nightly GPU job's output folder, created when it runs",
     "try/except": "Python's statement, in docs/real-sglang.md",
@@ -39,6 +41,8 @@ NOT_REPOSITORY_PATHS = {
 # SGLang's own package layout (``sglang/srt/...``), named in docs/real-sglang.md where a release
 # moved code: these are SGLang's files, not this repository's.
 SGLANG_PATH = re.compile(r"^(sglang/.*|mem_cache/(common\.py|allocation\.py|allocator/))$")
+# GitHub's own actions (``actions/checkout@v4``), named where a workflow uses them.
+GITHUB_ACTION = re.compile(r"^actions/[\w-]+(@v\d+)?$")
 PATH_WORD = re.compile(r"^\.?[A-Za-z0-9_][\w.@+-]*(/[\w.@+-]+)*/?$")
 # Dotted names are checked when they start with kvparity, the one import name, or with a name that
 # is not one any more (the harness was ``parity``; the four shared folders are ``kvparity.kernels``
@@ -201,7 +205,8 @@ def _exists(word: str, page: Path) -> bool:
 @pytest.mark.parametrize("page", PAGES, ids=PAGE_IDS)
 def test_every_repository_path_exists(page: Path) -> None:
     words = {re.sub(r"(\.py):\w+$", r"\1", w) for w in _words(page.read_text())}
-    paths = sorted(w for w in words if _is_path(w) and w not in NOT_REPOSITORY_PATHS and not SGLANG_PATH.match(w))
+    paths = sorted(w for w in words if _is_path(w) and w not in NOT_REPOSITORY_PATHS and not SGLANG_PATH.match(w)
+                   and not GITHUB_ACTION.match(w))
     missing = [p for p in paths if not _exists(p, page)]
     assert not missing, f"{page.name} names paths that do not exist: {missing}"
 

@@ -147,6 +147,7 @@ class _Sglang:
         self.EvictParams = _optional(entry.evict_params)
         # From 0.5.6 the caches take one CacheInitParams instead of keyword arguments.
         self.CacheInitParams = _optional(entry.cache_init_params)
+        self.UnifiedRadixCache = _optional(entry.unified_radix_cache)
         self.set_globals: Callable[[Any], None] | None = None
         if entry.globals_style == "server_args":
             self.set_globals = _lookup(entry.globals_target)
@@ -408,7 +409,7 @@ class RealWorld:
         if logprob_start_len < -1:
             raise ValueError(f"logprob_start_len={logprob_start_len}: must be -1 or >= 0")
         input_ids = array("q", tokens) if self.entry.input_ids_type == "array" else list(tokens)
-        req = self.sg.Req(
+        req = self._req_class()(
             rid, "", input_ids, self.sg.SamplingParams(max_new_tokens=max_new_tokens),
             return_logprob=return_logprob, extra_key=extra_key,
         )
@@ -420,6 +421,15 @@ class RealWorld:
         if not req.is_prefill_only and req.logprob_start_len >= n:
             req.logprob_start_len = n - 1  # the server would abort this request instead
         return req
+
+    def _req_class(self) -> Any:
+        """SGLang's ``Req`` with the names kvparity's loop reads (a generation may add its own)."""
+        return self.sg.Req
+
+    @staticmethod
+    def behaviour_notes(entry: VersionEntry) -> list[str]:
+        """Where the imported SGLang behaves otherwise than the release ``entry`` records."""
+        return behaviour_notes(entry)
 
     def batch(self, reqs: list[Any], chunked_req: Any = None) -> RealBatch:
         return RealBatch(self, list(reqs), chunked_req)
@@ -467,6 +477,12 @@ class RealWorld:
                 req.extend_input_len = tokens
         if tokens is not None and not self.entry.stash_frees_row:
             req.is_chunked = 1  # the scheduler counts chunks; the row pool asserts a kept row is chunked
+
+    def lock(self, req: Any) -> None:
+        """The PrefillAdder's admission lock on the matched node (radix cache only)."""
+        if self.cache_kind == "radix":
+            self.activate()
+            self.tree_cache.inc_lock_ref(req.last_node)
 
     @property
     def stash_frees_row(self) -> bool:
@@ -753,6 +769,20 @@ class RealBatch:
         return self.out_cache_loc
 
 
-def build_real_world(version_entry: VersionEntry, backend: str, geometry: Any, cache_kind: str, device: str = "cpu") -> RealWorld:
-    """A fresh real world (see RealWorld); ``req_to_token`` is filled with the poison value."""
-    return RealWorld(version_entry, backend, geometry, cache_kind, device)
+# The world class of each state-model generation (``VersionEntry.generation``): its adapter module.
+WORLD_CLASSES = {
+    "prefix_indices": "kvparity.engine.real.adapter:RealWorld",
+    "prefix_len": "kvparity.engine.real.adapter_prefix_len:PrefixLenWorld",
+}
+
+
+def world_class(entry: VersionEntry) -> type[RealWorld]:
+    """The world class that drives ``entry``'s generation."""
+    return _lookup(WORLD_CLASSES[entry.generation])
+
+
+def build_real_world(version_entry: VersionEntry, backend: str, geometry: Any, cache_kind: str, device: str = "cpu",
+                     **options: Any) -> RealWorld:
+    """A fresh real world of the entry's generation (see RealWorld); ``req_to_token`` is filled with
+    the poison value. ``options``: what the generation offers (0.5.22+: ``tree_core``, ``tree_class``)."""
+    return world_class(version_entry)(version_entry, backend, geometry, cache_kind, device, **options)

@@ -16,6 +16,7 @@ This module never imports sglang: a path's version is read from ``sglang/version
 from __future__ import annotations
 
 import ast
+import functools
 import os
 import shutil
 import subprocess
@@ -58,15 +59,21 @@ def run_pip(args: Sequence[str]) -> PipResult:
     return PipResult(done.returncode, done.stdout)
 
 
+UNVERSIONED = "unversioned"  # the name of a folder's version when neither a file nor git gives one
+
+
 @dataclass(frozen=True)
 class SGLangSource:
     path: str  # the folder that holds the ``sglang`` package (put first on sys.path)
-    version: str  # e.g. "0.5.3"
+    version: str  # e.g. "0.5.3", "0.5.22.dev12+g1a2b3c4", or UNVERSIONED: it names the world
     origin: str  # "cache" (installed earlier), "pip" (installed now) or "path" (given)
+    # The release whose adapter entry drives it, chosen by probing the code (``probe``).
+    entry_release: str = ""
+    version_from: str = "file"  # where the version came from: "file", "git" or "none"
 
     @property
     def entry(self) -> versions.VersionEntry:
-        return versions.entry(self.version)
+        return versions.SUPPORTED[self.entry_release or self.version]
 
 
 def cache_root() -> Path:
@@ -100,6 +107,54 @@ def read_version(folder: str | os.PathLike[str]) -> str | None:
     return _version_constant(package / "version.py") or _version_constant(package / "_version.py")
 
 
+def git_version(folder: str | os.PathLike[str]) -> str | None:
+    """The version setuptools-scm would give the checkout holding ``folder`` (SGLang tags its
+    releases ``vN.N.N``): the tag's version on a tagged commit, else the next release's
+    ``.devN+gSHA`` (N commits after the tag); None without git metadata or a release tag."""
+    try:
+        done = subprocess.run(
+            ["git", "-C", str(folder), "describe", "--tags", "--long", "--match", "v[0-9]*"],
+            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, timeout=30,
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    tag, _, rest = done.stdout.strip().rpartition("-g") if done.returncode == 0 else ("", "", "")
+    tag, _, distance = tag.rpartition("-")
+    try:
+        version = versions.version_key(tag.removeprefix("v"))
+    except RealSGLangError:
+        return None
+    if distance == "0":
+        return str(version)
+    major, minor, micro = version.release
+    return f"{major}.{minor}.{micro + 1}.dev{distance}+g{rest}"
+
+
+def folder_version(folder: str | os.PathLike[str]) -> tuple[str, str]:
+    """``(version, where from)`` of the sglang package in ``folder``: its version file, else the
+    checkout's git metadata, else ``(UNVERSIONED, "none")``."""
+    found = read_version(folder)
+    if found is not None:
+        return versions.parse_version(found), "file"
+    from_git = git_version(folder)
+    if from_git is not None:
+        return from_git, "git"
+    return UNVERSIONED, "none"
+
+
+def probe_source(path: str, version: str, origin: str, version_from: str = "file") -> SGLangSource:
+    """The source, with the entry that drives it chosen by what its code is (``probe``)."""
+    return SGLangSource(path, version, origin, _probed_release(path, version), version_from)
+
+
+@functools.lru_cache(maxsize=64)
+def _probed_release(path: str, version: str) -> str:
+    """Probing reads a few large modules (about a second): once per folder and process."""
+    from kvparity.engine.real import probe
+
+    return probe.choose_entry(path, None if version == UNVERSIONED else version).entry.version
+
+
 def _looks_like_path(spec: str) -> bool:
     """A path: it has a separator or starts with "." or "~"; otherwise a version, unless it is
     not one and names an existing folder."""
@@ -120,12 +175,10 @@ def _resolve_path(spec: str, *, check_supported: bool) -> SGLangSource:
     if not (folder / "sglang" / "__init__.py").is_file():
         hint = " (for a checkout, give its python/ folder)" if (folder / "python" / "sglang").is_dir() else ""
         raise RealSGLangError(f"the folder {str(folder)!r} holds no sglang package{hint}")
-    version = read_version(folder)
-    if version is None:
-        raise RealSGLangError(f"the sglang package in {str(folder)!r} has no readable __version__ in sglang/version.py or sglang/_version.py (a checkout that was never built or pip-installed has none)")
+    version, version_from = folder_version(folder)
     if check_supported:
-        versions.entry(version)  # refuses an unsupported version, naming the nearest one
-    return SGLangSource(str(folder), version, "path")
+        return probe_source(str(folder), version, "path", version_from)
+    return SGLangSource(str(folder), version, "path", version_from=version_from)
 
 
 def _pip_args(version: str, target: Path) -> list[str]:
@@ -212,7 +265,7 @@ def resolve(
     dest = Path(cache_dir).expanduser() if cache_dir is not None else cache_root()
     dest = dest / version
     if read_version(dest) == version:
-        return SGLangSource(str(dest.resolve()), version, "cache")
+        return _checked(SGLangSource(str(dest.resolve()), version, "cache"), check_supported)
     if dest.exists():
         # A folder without the right package (damaged by hand?): install afresh next to it.
         shutil.rmtree(dest, ignore_errors=True)
@@ -222,7 +275,21 @@ def resolve(
     if wheels and not os.path.isdir(wheels):
         raise RealSGLangError(f"the wheel folder {wheels!r} given by {ENV_WHEELS} does not exist")
     _install(version, dest, pip or run_pip)
-    return SGLangSource(str(dest.resolve()), version, "pip")
+    return _checked(SGLangSource(str(dest.resolve()), version, "pip"), check_supported)
+
+
+def _checked(source: SGLangSource, check_supported: bool) -> SGLangSource:
+    """An installed release, probed like any folder: its own entry must be among those its code
+    fits (else the version table is wrong about it, which is said, never driven)."""
+    if not check_supported:
+        return source
+    probed = probe_source(source.path, source.version, source.origin)
+    if probed.entry_release != source.version:
+        raise RealSGLangError(
+            f"the code of the installed sglang {source.version} fits kvparity's entry of {probed.entry_release}, not its "
+            f"own: the version table is wrong about {source.version} (kvparity/engine/real/versions.py)"
+        )
+    return probed
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -9,8 +9,9 @@ entry fails loudly instead of driving the wrong code. This module never imports 
 from __future__ import annotations
 
 import dataclasses
-import re
 from dataclasses import dataclass, field
+
+from packaging.version import InvalidVersion, Version
 
 from kvparity.engine.real import RealSGLangError
 
@@ -77,9 +78,11 @@ class VersionEntry:
     release_req_kind: str = "free_row_columns"
     # Where the retract eviction step count (20) comes from.
     retract_decode_steps: str = "sglang.global_config:global_config.retract_decode_steps"
-    # Req.prefix_indices default and reset_for_retract value: "list" ([]) or "int64" (empty tensor).
+    # Req.prefix_indices default and reset_for_retract value: "list" ([]) or "int64" (empty tensor);
+    # "none": the field is gone (0.5.22+).
     prefix_default: str = "int64"
-    # ChunkCache.cache_unfinished_req: "int32 view" (aliases req_to_token) or "int64 copy".
+    # ChunkCache.cache_unfinished_req: "int32 view" (aliases req_to_token) or "int64 copy"; "none":
+    # there is no ChunkCache (0.5.22+).
     chunk_prefix: str = "int64 copy"
     # RadixCache.cache_finished_req, paged: free the unaligned tail "first" or "last".
     finished_tail_free: str = "first"
@@ -101,7 +104,8 @@ class VersionEntry:
     # How the PrefillAdder sets a request's fill boundary: "assign" (fill_ids and extend_input_len
     # assigned on a cut), "setter" (0.5.9+: a new request cut with Req.set_extend_input_len),
     # "fill_len" (0.5.13+: full_untruncated_fill_ids and fill_len, set for every admitted request),
-    # "extend_range" (0.5.16+: Req.set_extend_range; extend lengths are computed, not stored).
+    # "extend_range" (0.5.16+: Req.set_extend_range; extend lengths are computed, not stored),
+    # "extend_end" (0.5.22+: Req.extend_end assigned; the prefix is Req.prefix_len).
     admission: str = "assign"
     # The scheduler frees the chunked request's row after caching it (up to 0.5.8; from 0.5.9 the
     # request keeps its row and ReqToTokenPool.alloc(reqs) reuses it).
@@ -120,6 +124,18 @@ class VersionEntry:
     chunk_cache: str | None = "sglang.srt.mem_cache.chunk_cache:ChunkCache"
     # The one parameter object the caches take from 0.5.6 (None before: keyword arguments).
     cache_init_params: str | None = None
+    # The state model, and so the adapter module that drives it (``GENERATIONS``):
+    #   "prefix_indices": the request holds its matched prefix in ``Req.prefix_indices`` and the
+    #       caches take cache_unfinished_req / cache_finished_req (0.5.3 .. 0.5.21);
+    #   "prefix_len": the request holds ``prefix_len`` only (the slots are its row or the locked
+    #       tree path), the caches take checkpoint / release_kv_cache, ChunkCache is gone (0.5.22+).
+    generation: str = "prefix_indices"
+    # Where UnifiedRadixCache lives: what a server builds from 0.5.19 on (enabled; disabled in
+    # place of the chunk cache from 0.5.22). None before 0.5.19.
+    unified_radix_cache: str | None = None
+    # The radix tree has two cores, a compiled Rust one (the server default) and a Python one
+    # (0.5.22+).
+    tree_cores: tuple[str, ...] = ()
 
     @property
     def prefill_only_possible(self) -> bool:
@@ -216,61 +232,72 @@ CHANGES: tuple[tuple[str, dict[str, object]], ...] = (
     ("0.5.19", dict(
         release_req_params=("idx", "remaing_req_count", "offload_kv"), req_kv_info=True,
         protected_len_field="kv.cache_protected_len",
+        unified_radix_cache="sglang.srt.mem_cache.unified_radix_cache:UnifiedRadixCache",
     )),
     ("0.5.20", dict()),
     ("0.5.21", dict()),
+    ("0.5.22", dict(
+        generation="prefix_len", chunk_cache=None, admission="extend_end", prefix_default="none",
+        chunk_prefix="none", tree_cores=("rust", "python"),
+    )),
+    ("0.5.23", dict()),
 )
+
+# The state-model generations, each with the releases that define it (docs and refusals name them).
+GENERATIONS = {
+    "prefix_indices": "Req.prefix_indices, cache_unfinished_req / cache_finished_req, ChunkCache (0.5.3 .. 0.5.21)",
+    "prefix_len": "Req.prefix_len, checkpoint_kv_cache / release_kv_cache, UnifiedRadixCache only (0.5.22 ..)",
+}
 
 SUPPORTED: dict[str, VersionEntry] = {e.version: e for e in _chain(_FIRST, *CHANGES)}
 
-# Releases on the package index that kvparity cannot drive yet, each with the concrete reason
-# (found by importing and driving each one; see docs/matrix/README.md).
-NOT_DRIVEN: dict[str, str] = {
-    "0.5.22": (
-        "the state model changed: ChunkCache and Req.prefix_indices are removed (a disabled "
-        "radix cache is a disabled UnifiedRadixCache, the prefix is read from the row or the tree path) "
-        "and RadixCache has no cache_unfinished_req any more (the cache API became checkpoint / finish / "
-        "claim_kv_row); kvparity's scheduler loop and snapshots need an adapter for that model"
-    ),
-    "0.5.23": (
-        "the 0.5.22 state model; besides, sglang's import chain now reaches "
-        "sglang/kernels/ops/communication/all_reduce.py, which imports tvm_ffi (Apache TVM's compiled "
-        "FFI package) unconditionally"
-    ),
-}
+# Releases on the package index that kvparity cannot drive yet, each with the concrete reason.
+NOT_DRIVEN: dict[str, str] = {}
 
-# A PEP 440 release as SGLang publishes them: N.N.N[.postN], optionally rcN / .devN.
-_VERSION_RE = re.compile(r"^(\d+)\.(\d+)\.(\d+)(?:(a|b|rc)(\d+))?(?:\.post(\d+))?(?:\.dev(\d+))?$")
+
+def _pep440(text: str) -> Version:
+    try:
+        return Version(text)
+    except InvalidVersion:
+        raise RealSGLangError(
+            f"{text!r} is not an SGLang version: expected a PEP 440 version such as 0.5.3, sglang==0.5.3.post1 or "
+            f"0.5.22.dev12+g1a2b3c4, or a path to a folder holding the sglang package"
+        ) from None
 
 
 def parse_version(text: str) -> str:
-    """``"0.5.3"``, ``"sglang==0.5.3"`` or ``" v0.5.3.post1 "`` -> the bare version string.
-    Raises RealSGLangError for anything else."""
+    """``"0.5.3"``, ``"sglang==0.5.3"``, ``" v0.5.3.post1 "`` or a checkout's ``"0.5.22.dev12+g1a2b3c4"``
+    -> the normalized PEP 440 version string (``.devN``, ``+local``, ``rcN``, ``.postN`` all kept).
+    Raises RealSGLangError for anything else, and for a version that is not N.N.N-based as every
+    SGLang release is."""
     raw = text.strip()
     bare = raw[len("sglang=="):].strip() if raw.lower().startswith("sglang==") else raw
-    if bare[:1] in ("v", "V"):
-        bare = bare[1:]
-    if not _VERSION_RE.match(bare):
-        raise RealSGLangError(
-            f"{text!r} is not an SGLang version: expected a release such as 0.5.3 or "
-            f"sglang==0.5.3.post1, or a path to a folder holding the sglang package"
-        )
-    return bare
+    parsed = _pep440(bare)
+    if len(parsed.release) != 3:
+        raise RealSGLangError(f"{text!r} is not an SGLang version: SGLang versions have three numbers, N.N.N")
+    return str(parsed)
 
 
-def version_key(version: str) -> tuple[int, ...]:
-    """Sort key: releases in PEP 440 order (dev < a < b < rc < final < post) for the forms above."""
-    m = _VERSION_RE.match(version)
-    if m is None:
-        raise RealSGLangError(f"{version!r} is not an SGLang version")
-    major, minor, micro, pre_kind, pre_num, post, dev = m.groups()
-    phase = {"a": -3, "b": -2, "rc": -1, None: 0}[pre_kind]
-    if pre_kind is None and post is None and dev is not None:
-        phase = -4  # 1.0.0.dev1 sorts before 1.0.0a1
-    return (
-        int(major), int(minor), int(micro), phase, int(pre_num or 0),
-        int(post) if post is not None else -1, int(dev) if dev is not None else 1 << 30,
-    )
+def version_key(version: str) -> Version:
+    """Sort key: PEP 440 order (dev < a < b < rc < final < post; a local label sorts after its
+    public version)."""
+    return _pep440(version)
+
+
+def base_release(version: str) -> str:
+    """The public release part of a version: ``0.5.22.dev12+g1a2`` -> ``0.5.22.dev12``'s release
+    ``0.5.22``; ``0.5.3.post1+local`` -> ``0.5.3.post1``."""
+    v = version_key(version)
+    text = ".".join(map(str, v.release))
+    return f"{text}.post{v.post}" if v.post is not None else text
+
+
+def latest_release_at_or_below(version: str, releases: list[str]) -> str | None:
+    """The newest of ``releases`` that is not newer than ``version`` (a setuptools-scm
+    ``0.5.22.dev12`` is twelve commits after the 0.5.21 tag, so it is below 0.5.22), or None."""
+    key = version_key(version).public
+    below = [r for r in releases if version_key(r) <= Version(key)]
+    return max(below, key=version_key) if below else None
 
 
 def nearest_supported(version: str) -> str:
@@ -279,7 +306,7 @@ def nearest_supported(version: str) -> str:
     order (the earliest supported one when it is older than all)."""
     key = version_key(version)
     ordered = sorted(SUPPORTED, key=version_key)
-    same_release = [v for v in ordered if version_key(v)[:3] == key[:3]]
+    same_release = [v for v in ordered if version_key(v).release == key.release]
     pool = same_release or ordered
     below = [v for v in pool if version_key(v) < key]
     return below[-1] if below else pool[0]

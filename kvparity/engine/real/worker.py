@@ -173,7 +173,7 @@ class RealWorker:
         if self.bare:
             cmd.append("--bare")
         else:
-            cmd += ["--sglang", self.source.path, "--expect", self.source.version]
+            cmd += ["--sglang", self.source.path, "--expect", self.source.version, "--entry", self.source.entry.version]
         for plugin in self.plugins:
             cmd += ["--plugin", plugin]
         return cmd
@@ -495,18 +495,19 @@ def _startup(args: argparse.Namespace, ctx: Context) -> None:
     from kvparity.engine.real import install, standins, versions
 
     folder = os.path.abspath(args.sglang)
-    on_disk = install.read_version(folder)
-    if on_disk is None:
-        raise RealSGLangError(f"the folder {folder!r} holds no sglang package with a readable version")
+    on_disk, version_from = install.folder_version(folder)
     if args.expect and on_disk != args.expect:
         raise RealSGLangError(f"the folder {folder!r} holds sglang {on_disk}, not the expected {args.expect}")
-    entry = versions.entry(on_disk)
+    # The entry was chosen in the parent by probing the code (install.probe_source); without one
+    # (a worker started by hand), probe here.
+    entry = versions.SUPPORTED[args.entry] if args.entry else install.probe_source(folder, on_disk, "path").entry
     sys.path.insert(0, folder)
     ctx.standins = standins.install()
     t0 = time.perf_counter()
     where = (
         entry.write_cache_indices or "", entry.get_last_loc, entry.alloc_extend_caller, entry.globals_target,
         entry.chunk_cache or "", entry.cache_init_params or "", entry.finish_via or "", entry.evict_params or "",
+        entry.unified_radix_cache or "",
     )
     for module in SGLANG_MODULES + tuple(q.partition(":")[0] for q in where if q):
         importlib.import_module(module)
@@ -517,18 +518,19 @@ def _startup(args: argparse.Namespace, ctx: Context) -> None:
     if os.path.realpath(loaded_from) != os.path.realpath(folder):
         raise RealSGLangError(f"sglang was imported from {loaded_from!r}, not from {folder!r}")
     real_version = importlib.import_module("sglang.version").__version__
-    if real_version != on_disk:
+    if version_from == "file" and versions.parse_version(real_version) != on_disk:
         raise RealSGLangError(f"sglang reports version {real_version}, its version file says {on_disk}")
     from kvparity.engine.real import adapter
 
     problems = adapter.verify_entry(entry)
     if problems:
         raise RealSGLangError(f"the adapter entry for {entry.version} does not match the imported SGLang: {'; '.join(problems)}")
-    ctx.info["differs_from_release"] = adapter.behaviour_notes(entry)
+    ctx.info["differs_from_release"] = adapter.world_class(entry).behaviour_notes(entry)
     ctx.entry = entry
     ctx.sglang_dir = folder
     ctx.info.update(
-        version=entry.version, label=entry.label, family=entry.family, sglang_dir=folder,
+        version=on_disk, version_from=version_from, entry=entry.version, generation=entry.generation,
+        label=entry.label, family=entry.family, sglang_dir=folder,
         import_s=round(import_s, 3), standins=ctx.standins.used(), standin_table=list(ctx.standins.stand_ins),
         real_packages=list(ctx.standins.real),
         absent=[m for m in standins.NEVER_STAND_IN[:2] if m not in sys.modules],
@@ -539,6 +541,7 @@ def worker_main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m kvparity.engine.real.worker")
     parser.add_argument("--sglang", help="the folder holding the sglang package")
     parser.add_argument("--expect", help="the version that folder must hold")
+    parser.add_argument("--entry", help="the release whose adapter entry drives it (probed when absent)")
     parser.add_argument("--plugin", action="append", default=[], help="a module registering more remote methods")
     parser.add_argument("--bare", action="store_true", help="no SGLang (protocol tests)")
     args = parser.parse_args(argv)

@@ -1,0 +1,185 @@
+"""Snapshots of a real SGLang 0.5.22/0.5.23 ``UnifiedRadixCache`` tree, for either TreeCore.
+
+Worker side only (SGLang is imported lazily). Scope: component FULL only, any page size, no
+HiCache/storage, no EAGLE bigram keys; anything else raises ``UnifiedTreeUnsupported``.
+
+- ``tree_core_kind(cache)``: "rust" or "python", the core actually built (SGLang falls back to
+  the Python core with only an INFO log when the Rust one cannot be used).
+- ``unified_tree_nodes(cache)``: ``(extra_key, full token path, node slots, FULL lock_ref)`` per
+  non-root node, sorted as the adapter's ``tree_contents``; identical for identical trees on both
+  cores.
+- ``unified_tree_sizes(cache)``: ``evictable_size``, ``protected_size``, ``total_size``.
+
+The Python core is walked directly (``root_node`` / ``children`` / ``key`` /
+``component_data[FULL]``). The Rust core has no node objects, no ``root_node``/``node_by_id``
+(both raise ``NotImplementedError``), no node enumeration and no lock-count accessor, so its dump
+is built from:
+
+- ``pretty_print()`` (text, the one listing of node ids; written by Rust to file descriptor 1, so
+  the descriptor is captured): node ids and each node's FULL ``lock_ref`` (``full_lock=N``);
+- ``backfill_missing_hash_values()`` then ``snapshot_buffer_backup(id, False)``: the node's own
+  token ids, ``extra_key`` and parent id (the snapshot is None for a node without page hashes,
+  and without storage the core hashes no node, hence the backfill; it only sets page hashes,
+  which nothing reads unless HiCache, storage or an external linker is wired);
+- ``get_component_device_value(id, FULL)``: the node's slots;
+- ``total_size()``: a check that the listing covered every slot of the tree.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import sys
+import tempfile
+from collections.abc import Callable
+from typing import Any
+
+from kvparity.engine.real import RealSGLangError
+
+NodeEntry = tuple[str | None, tuple[int, ...], tuple[int, ...], int]
+
+_RUST_ADAPTER = "sglang.srt.mem_cache.rust_tree_core.adapter"
+# One pretty_print line: indent, "[node id]", key length, "full_lock=N", then "Full=yes|no".
+_LINE = re.compile(r"^\s*\[(\d+)\]\s+(\d+)\s+full_lock=(-?\d+)\s")
+
+
+class UnifiedTreeUnsupported(RealSGLangError):
+    """The cache or its TreeCore lacks what a snapshot needs; the message names what."""
+
+
+def _full() -> Any:
+    from sglang.srt.mem_cache.unified_cache.component_type import ComponentType
+
+    return ComponentType.FULL
+
+
+def _core(cache: Any) -> Any:
+    core = getattr(cache, "tree_core", None)
+    if core is None:
+        raise UnifiedTreeUnsupported(f"{type(cache).__name__} has no tree_core: not a 0.5.22+ UnifiedRadixCache")
+    components = tuple(getattr(cache, "tree_components", ()) or ())
+    if components != (_full(),):
+        raise UnifiedTreeUnsupported(f"tree_components={components}: only (ComponentType.FULL,) is supported")
+    return core
+
+
+def tree_core_kind(cache: Any) -> str:
+    """'rust' or 'python': the class of the TreeCore the cache really holds (not what was asked)."""
+    core = _core(cache)
+    # Look the Rust adapter up in sys.modules instead of importing it: importing loads the
+    # extension, and a core that was never loaded cannot be a Rust core.
+    rust = sys.modules.get(_RUST_ADAPTER)
+    if rust is not None and isinstance(core, rust.RustUnifiedTreeCore):
+        return "rust"
+    from sglang.srt.mem_cache.unified_cache.unified_tree_core import UnifiedTreeCore
+
+    if isinstance(core, UnifiedTreeCore):
+        return "python"
+    raise UnifiedTreeUnsupported(f"unknown TreeCore class {type(core).__module__}.{type(core).__qualname__}")
+
+
+def unified_tree_nodes(cache: Any) -> list[NodeEntry]:
+    """One ``(extra_key, full token path, node slots, FULL lock_ref)`` per non-root node, sorted
+    by (extra_key is not None, extra_key or "", path, slots, lock). On the Rust core this backfills
+    page hashes (see the module docstring) and parses ``pretty_print`` for node ids and locks,
+    because the Rust core exposes neither through a structured accessor."""
+    if getattr(cache, "disable", False):
+        return []  # a disabled tree holds nothing (and keeps no nodes to walk)
+    kind = tree_core_kind(cache)
+    entries = _python_nodes(cache.tree_core) if kind == "python" else _rust_nodes(cache.tree_core)
+    return sorted(entries, key=lambda e: (e[0] is not None, e[0] or "", e[1], e[2], e[3]))
+
+
+def unified_tree_sizes(cache: Any) -> dict[str, int]:
+    """FULL evictable and protected token counts, and the FULL tokens held by the whole tree;
+    both cores expose all three (``total_size()`` returns ``(full, aux)``)."""
+    _core(cache)
+    full_total, _aux = cache.total_size()
+    return {
+        "evictable_size": int(cache.evictable_size()),
+        "protected_size": int(cache.protected_size()),
+        "total_size": int(full_total),
+    }
+
+
+# --------------------------------------------------------------------------- the Python core
+
+
+def _python_nodes(core: Any) -> list[NodeEntry]:
+    full = _full()
+    out: list[NodeEntry] = []
+    stack: list[tuple[Any, tuple[int, ...]]] = [(child, ()) for child in core.root_node.children.values()]
+    while stack:
+        node, prefix = stack.pop()
+        key = node.key
+        if key.is_bigram:
+            raise UnifiedTreeUnsupported("bigram (EAGLE) tree keys are not supported")
+        data = node.component_data[full]
+        if data.value is None:
+            raise UnifiedTreeUnsupported(f"node {node.id} has no FULL device value (host-only nodes are not supported)")
+        path = prefix + tuple(int(t) for t in key.raw_token_ids())
+        out.append((key.extra_key, path, tuple(int(v) for v in data.value.tolist()), int(data.lock_ref)))
+        stack.extend((child, path) for child in node.children.values())
+    return out
+
+
+# --------------------------------------------------------------------------- the Rust core
+
+
+def _capture_fd1(fn: Callable[[], object]) -> str:
+    """What ``fn`` writes to file descriptor 1 (Rust's stdout bypasses ``sys.stdout``)."""
+    sys.stdout.flush()
+    with tempfile.TemporaryFile() as tmp:
+        saved = os.dup(1)
+        try:
+            os.dup2(tmp.fileno(), 1)
+            fn()  # Rust's stdout is line-buffered and every printed line ends in a newline
+        finally:
+            os.dup2(saved, 1)
+            os.close(saved)
+        tmp.seek(0)
+        return tmp.read().decode()
+
+
+def _rust_nodes(core: Any) -> list[NodeEntry]:
+    if type(core._binding).__name__ != "RustUnifiedTreeCoreBinding":
+        raise UnifiedTreeUnsupported(f"Rust binding {type(core._binding).__name__}: only unigram keys are supported")
+    listing: list[tuple[int, int, int]] = []  # (node id, key length, FULL lock_ref), parents first
+    for line in _capture_fd1(core.pretty_print).splitlines():
+        if not line.strip():
+            continue
+        m = _LINE.match(line + " ")
+        if m is None:
+            raise UnifiedTreeUnsupported(f"the Rust core's pretty_print wrote an unexpected line: {line!r}")
+        listing.append((int(m[1]), int(m[2]), int(m[3])))
+    if not listing or not core.is_root(listing[0][0]):
+        raise UnifiedTreeUnsupported("the Rust core's pretty_print did not start with the root node")
+    # The only accessor giving a node's tokens is snapshot_buffer_backup, which needs page hashes.
+    core.backfill_missing_hash_values()
+    full = _full()
+    paths: dict[int, tuple[int, ...]] = {listing[0][0]: ()}
+    out: list[NodeEntry] = []
+    held = 0
+    for node_id, key_len, lock in listing[1:]:
+        snap = core.snapshot_buffer_backup(node_id, False)
+        if snap is None:
+            raise UnifiedTreeUnsupported(f"the Rust core gave no key for node {node_id} (no FULL value or no hashes)")
+        if snap.parent_node_id not in paths:
+            raise UnifiedTreeUnsupported(f"node {node_id}'s parent {snap.parent_node_id} was not listed before it")
+        if snap.key.is_bigram:
+            raise UnifiedTreeUnsupported("bigram (EAGLE) tree keys are not supported")
+        tokens = tuple(int(t) for t in snap.key.raw_token_ids())
+        if len(tokens) != key_len:
+            raise UnifiedTreeUnsupported(f"node {node_id}: key of {len(tokens)} tokens, pretty_print says {key_len}")
+        value = core.get_component_device_value(node_id, full)
+        if value is None:
+            raise UnifiedTreeUnsupported(f"node {node_id} has no FULL device value (host-only nodes are not supported)")
+        path = paths[snap.parent_node_id] + tokens
+        paths[node_id] = path
+        slots = tuple(int(v) for v in value.tolist())
+        held += len(slots)
+        out.append((snap.key.extra_key, path, slots, lock))
+    full_total, _aux = core.total_size()
+    if held != full_total:
+        raise UnifiedTreeUnsupported(f"the listed nodes hold {held} slots, the Rust core's total_size says {full_total}")
+    return out
