@@ -21,7 +21,7 @@
 #   RUNNER_TEMP         where the reports go (default: a fresh temporary folder)
 # Outputs: verdict (parity | divergence | error), exit-code, markdown (the report, an error's too) and
 # json (the JSON verdict; empty when there is none).
-set -eu
+set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 
 against=${INPUT_AGAINST:-}
@@ -110,6 +110,6 @@ args+=("${extra[@]}")
 echo "kvparity action: kvparity ${args[*]}"
 set +e
 (cd "$reports" && "$py" -m kvparity "${args[@]}") 2>&1 | tee "$log"
-status=$?
+status=${PIPESTATUS[0]}
 set -e
 finish "$status"

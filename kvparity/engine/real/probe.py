@@ -93,7 +93,7 @@ def entry_facts(entry: VersionEntry) -> list[Fact]:
         facts.append(Fact(where) if where is not None else Fact(absent, present=False))
     if entry.unified_radix_cache is not None:  # it exists from 0.5.11; servers build it from 0.5.19
         facts.append(Fact(entry.unified_radix_cache))
-    facts.append(Fact(f"{_REQ}.kv", present=entry.req_kv_info))  # ReqKvInfo itself exists from 0.5.16
+    facts.append(Fact(f"{_REQ}.req_pool_idx", present=not entry.req_kv_info))  # moved into req.kv (0.5.19)
     facts += _admission_facts(entry.admission)
     return facts
 
