@@ -6,7 +6,8 @@
 # parity. It runs the same way on a workstation, outside GitHub (docs/github-action.md).
 #
 # Read from the environment (action.yml passes each input as INPUT_<NAME>):
-#   INPUT_AGAINST       the reference release, e.g. 0.5.3 (required)
+#   INPUT_AGAINST       the reference: a release, e.g. 0.5.3, or a folder holding the sglang package
+#                       (relative to the workspace, or absolute); required
 #   INPUT_SGLANG_PATH   the folder holding the sglang package, relative to the workspace (default python)
 #   INPUT_BACKEND       torch, triton or all (default torch)
 #   INPUT_EXAMPLES      scenarios to play (empty: kvparity's default)
@@ -33,6 +34,10 @@ workspace=${GITHUB_WORKSPACE:-$PWD}
 case "$sglang_path" in
   /*) checkout=$sglang_path ;;
   *) checkout=$workspace/$sglang_path ;;
+esac
+case "$against" in  # a reference folder, given relative to the workspace (kvparity runs elsewhere)
+  /* | "") ;;
+  *) if [ -d "$workspace/$against" ]; then against=$workspace/$against; fi ;;
 esac
 reports=$(mktemp -d "${RUNNER_TEMP:-${TMPDIR:-/tmp}}/kvparity-XXXXXX")
 markdown=$reports/kvparity.md

@@ -32,7 +32,8 @@ if ! installed; then
   "$py" -m pip install -q -e "$root[test,real,lint]" >&2
   echo "$want" > "$stamp"
 fi
-# The real SGLang releases of the main job, the faithfulness lane and the CI matrix slice, installed once into the
-# per-user cache (offline afterwards; KVPARITY_SGLANG_WHEELS=DIR installs from a wheel folder).
-(cd "$root" && "$py" -m kvparity.engine.real.install 0.5.3 0.5.3.post1 0.5.3.post2 0.5.4) >&2
+# The real SGLang releases of the main job, the faithfulness lane and the CI matrix slice (0.5.3 .. 0.5.4), and
+# today's releases that tests and CI drive (0.5.21 .. 0.5.23), installed once into the per-user cache (offline
+# afterwards: a cached release is reused without pip; KVPARITY_SGLANG_WHEELS=DIR installs from a wheel folder).
+(cd "$root" && "$py" -m kvparity.engine.real.install 0.5.3 0.5.3.post1 0.5.3.post2 0.5.4 0.5.21 0.5.22 0.5.23) >&2
 echo "$py"

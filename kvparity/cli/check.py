@@ -174,7 +174,10 @@ def _check_real(args: argparse.Namespace) -> int:
     try:
         checked = resolve(args.sglang)
         reference = resolve(args.against) if args.against is not None else None
-        if reference is None and checked.version not in MODELLED:
+        # Without --against: a release kvparity models is checked against its model; a release with
+        # two radix-tree cores, its Python core against its Rust one (the server's, the reference).
+        tree_cores = reference is None and len(checked.entry.tree_cores) > 1
+        if reference is None and checked.version not in MODELLED and not tree_cores:
             print(f"kvparity check: --sglang {args.sglang}: kvparity models only {', '.join(MODELLED)}; "
                   f"give the reference with --against (e.g. --against 0.5.3.post1)", file=sys.stderr)
             return USAGE_ERROR
@@ -184,11 +187,11 @@ def _check_real(args: argparse.Namespace) -> int:
         print(f"kvparity check: {exc}", file=sys.stderr)
         return USAGE_ERROR
     with lane:
-        if reference is None:
+        if reference is None and not tree_cores:
             worlds: tuple[tuple[str, str], ...] = ((MODELLED[checked.version], backends[0]),)
         else:
             worlds = (("legacy", "torch"),)  # only decides where a scenario leaves the server's path
-        return _check_repository(args, worlds=worlds, lane=lane, real_reference=reference is not None,
+        return _check_repository(args, worlds=worlds, lane=lane, real_reference=reference is not None or tree_cores,
                                  default_examples=DEFAULT_REAL_EXAMPLES,
                                  lane_factory=functools.partial(RealLane, specs, backends))
 
@@ -218,6 +221,9 @@ def _check_repository(
     for name in names[1:]:
         pair = f"{names[0]} vs {name}"
         print(f"{pair:<{width}} {verdict.scenarios:>9}  {'DIVERGENCE' if name in diverged else 'parity'}")
+    for world, kernels in sorted(verdict.kernels.items()):
+        print(f"kernels: {world}: allocation {kernels['alloc']}, req_to_token writes {kernels['write']}, "
+              f"radix-tree core {kernels['tree_core']}")
     print(f"scenario classes reached: {len(verdict.required_reached)}/{len(REQUIRED)}")
     for missing in (c for c in REQUIRED if c not in verdict.classes):
         print(f"  not reached: {missing}")
@@ -247,6 +253,7 @@ def _check_repository(
         "seconds": round(verdict.seconds, 1),
         "scenarios_per_second": round(rate, 2),
         "scenarios_per_gpu": dict(sorted(verdict.per_device.items())),
+        "kernels": dict(sorted(verdict.kernels.items())),
     })
     if args.repro and verdict.scenario is not None:
         Path(args.repro).write_text(_repro_script(verdict.scenario))

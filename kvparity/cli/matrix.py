@@ -155,7 +155,7 @@ def run(args: argparse.Namespace) -> int:
         lanes: dict = {}
         with ThreadPoolExecutor(max_workers=jobs) as pool:  # each lane waits on its own worker process
             try:
-                lanes = {v: RealLane([v], backends) for v in playing}
+                lanes = {v: RealLane([v], backends, tree_core_variants=False) for v in playing}
                 list(pool.map(lambda lane: lane.start(), lanes.values()))
             except RealSGLangError as exc:
                 for lane in lanes.values():

@@ -58,6 +58,9 @@ class WorldId:
     backend: str
     family: str
     release: str | None = None  # a real SGLang world's release ("0.5.3"); None: modelled
+    # What sets the world apart from the same release on the same backend: "python-tree" (a 0.5.22+
+    # world on the Python radix-tree core instead of the Rust one a server builds); None: nothing.
+    variant: str | None = None
 
     def __post_init__(self) -> None:
         if self.family not in VERSIONS:
@@ -73,4 +76,4 @@ class WorldId:
         return self.release is not None
 
     def __str__(self) -> str:
-        return f"{self.version}/{self.backend}"
+        return f"{self.version}/{self.backend}" + (f"+{self.variant}" if self.variant else "")

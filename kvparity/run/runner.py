@@ -35,6 +35,9 @@ class RunResult:
     first_difference: StageRecord | None = None
     records: list[StageRecord] = field(default_factory=list)  # the reference world's stages
     classes: set[str] = field(default_factory=set)
+    # Real world -> which kernels it ran, as SGLang chose them (0.5.22+ report it; page size 1 has no
+    # allocation kernel, so the first paged scenario's report is the telling one).
+    kernels: dict[str, dict[str, str]] = field(default_factory=dict)
 
     @property
     def ok(self) -> bool:
@@ -174,6 +177,7 @@ def compare_real(lockstep: Lockstep, lane: Any, *, oracles: bool, real_reference
     result = lockstep.result
     stop = off_path_step(result.records)
     played = lane.play(result.scenario, stop)
+    result.kernels = {name: dict(k) for name, k in getattr(lane, "kernels", {}).items() if "n/a" not in k.get("alloc", "")}
     if real_reference:
         result.worlds = tuple(lane.names)
         result.divergences, result.violations, result.findings = [], [], []

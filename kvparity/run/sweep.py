@@ -42,6 +42,7 @@ class HarnessVerdict:
     failure: RunResult | None = None  # the shrunk counterexample's result (``counterexample`` is its report)
     seconds: float = 0.0
     per_device: Counter = field(default_factory=Counter)  # GPU -> scenarios its jobs played (parallel runs)
+    kernels: dict[str, dict[str, str]] = field(default_factory=dict)  # real world -> the kernels it ran (0.5.22+)
 
     @property
     def required_reached(self) -> list[str]:
@@ -167,6 +168,7 @@ class TemplateOutcome:
     classes: set[str] = field(default_factory=set)
     findings: Counter = field(default_factory=Counter)
     finding_examples: dict[str, str] = field(default_factory=dict)
+    kernels: dict[str, dict[str, str]] = field(default_factory=dict)
     failure: tuple[Scenario, RunResult] | None = None  # minimal, with its result
     device: str = ""  # the GPU a parallel job played it on (CUDA_VISIBLE_DEVICES), else ""
 
@@ -198,6 +200,8 @@ def _merge(verdict: HarnessVerdict, outcomes: list[TemplateOutcome]) -> None:
         verdict.findings.update(outcome.findings)
         for defect, example in outcome.finding_examples.items():
             verdict.finding_examples.setdefault(defect, example)
+        for world, kernels in outcome.kernels.items():
+            verdict.kernels.setdefault(world, kernels)
         if outcome.failure is not None:
             scenario, result = outcome.failure
             verdict.verdict = "divergence"
@@ -320,6 +324,8 @@ def _play_template(template, play_one, count, random_seed, verdict, failing, tic
         verdict.scenarios += 1
         verdict.classes |= result.classes
         verdict.findings.update({d.known_defect for d in result.findings})
+        for world, kernels in result.kernels.items():
+            verdict.kernels.setdefault(world, kernels)
         for d in result.findings:
             verdict.finding_examples.setdefault(d.known_defect, f"{d.what}: {d.detail}\n{scenario.to_python()}")
         tick()

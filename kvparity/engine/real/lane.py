@@ -25,6 +25,12 @@ from kvparity.model.worlds import WorldId
 
 BACKENDS = ("triton", "torch")
 DEFAULT_TIMEOUT_S = 120.0
+PYTHON_TREE = "python-tree"  # WorldId.variant of a world on the Python radix-tree core
+
+
+def world_options(world: WorldId) -> dict[str, str]:
+    """What the worker builds a world with beyond its backend (``adapter.build_real_world``)."""
+    return {"tree_core": "python"} if world.variant == PYTHON_TREE else {}
 
 
 def source_label(source: SGLangSource) -> str:
@@ -74,7 +80,8 @@ class RealLane:
     or ``SGLangSource``s, each played on every backend in ``backends``. Its worlds (``ids``;
     ``names``, their names ``<label>/<backend>``), in order: each label on each backend."""
 
-    def __init__(self, specs: list[Any], backends: tuple[str, ...] = BACKENDS, *, timeout: float = DEFAULT_TIMEOUT_S):
+    def __init__(self, specs: list[Any], backends: tuple[str, ...] = BACKENDS, *, timeout: float = DEFAULT_TIMEOUT_S,
+                 tree_core_variants: bool = True):
         unknown = [b for b in backends if b not in BACKENDS]
         if unknown or not backends:
             raise RealSGLangError(f"backends {list(backends)}: expected some of {BACKENDS}")
@@ -85,11 +92,18 @@ class RealLane:
             label: RealWorker(source, plugins=("kvparity.engine.real.play",), call_timeout=timeout)
             for label, source in zip(self.labels, self.sources)
         }
+        # Each release on each backend as a server builds it; then, where a release has two radix-tree
+        # cores (0.5.22+: Rust, the server's, and Python), the same on the Python core.
         self.ids = tuple(
-            WorldId(label, b, source.entry.family, source.version)
+            WorldId(label, b, source.entry.family, source.entry.version)
             for label, source in zip(self.labels, self.sources) for b in self.backends
+        ) + tuple(
+            WorldId(label, b, source.entry.family, source.entry.version, PYTHON_TREE)
+            for label, source in zip(self.labels, self.sources) for b in self.backends
+            if tree_core_variants and len(source.entry.tree_cores) > 1
         )
         self.names = tuple(str(world) for world in self.ids)
+        self.kernels: dict[str, dict[str, str]] = {}  # world name -> which kernels it ran (0.5.22+ say)
 
     def start(self) -> None:
         for worker in self.workers.values():
@@ -113,7 +127,8 @@ class RealLane:
         for world in self.ids:
             worker, name = self.workers[world.version], str(world)
             try:
-                reply = worker.call("play", backend=world.backend, scenario=data, stop_before=stop_before)
+                reply = worker.call("play", backend=world.backend, scenario=data, stop_before=stop_before,
+                                    options=world_options(world))
             except (WorkerDied, WorkerHung) as exc:
                 step, operation = _where(getattr(exc, "stderr_tail", "") or worker.last_stderr)
                 kind = "died" if isinstance(exc, WorkerDied) else "hung"
@@ -123,4 +138,6 @@ class RealLane:
                 out[name] = RealFailure(name, "error", None, None, f"{exc.type}: {exc.remote_message}")
                 continue
             out[name] = [snapshot_from_plain(s) for s in reply["snapshots"]]
+            if reply.get("kernels"):
+                self.kernels[name] = reply["kernels"]
         return out

@@ -31,14 +31,16 @@ def _mark(index: int, step: Any) -> None:
 
 
 @remote
-def play(ctx: Context, backend: str, scenario: dict[str, Any], stop_before: int | None = None) -> dict[str, Any]:
-    """Play ``scenario`` (``scenario_to_dict`` form) on this worker's SGLang with ``backend``, up
-    to (not including) step ``stop_before``; return every stage's snapshot (the start first)."""
+def play(ctx: Context, backend: str, scenario: dict[str, Any], stop_before: int | None = None,
+         options: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Play ``scenario`` (``scenario_to_dict`` form) on this worker's SGLang with ``backend`` (and
+    the world ``options`` its generation offers, e.g. ``tree_core``), up to (not including) step
+    ``stop_before``; return every stage's snapshot (the start first) and which kernels ran."""
     entry = ctx.require_sglang()
     parsed = scenario_from_dict(scenario)
     started = time.monotonic()
     device = str(runtime.DEVICE)  # the CPU under Triton's interpreter, or the GPU (compiled Triton)
-    world = build_real_world(entry, backend, Geometry(**scenario["geometry"]), parsed.cache_kind, device)
+    world = build_real_world(entry, backend, Geometry(**scenario["geometry"]), parsed.cache_kind, device, **(options or {}))
     scheduler = Scheduler(world, parsed)
     snapshots = [snapshot_to_plain(take_snapshot(scheduler, StageRecord(step=-1, kind="start")))]
     for index, step in enumerate(parsed.steps):
@@ -47,4 +49,5 @@ def play(ctx: Context, backend: str, scenario: dict[str, Any], stop_before: int 
         _mark(index, step)
         for record in scheduler.apply(index, step):
             snapshots.append(snapshot_to_plain(take_snapshot(scheduler, record)))
-    return {"world": world.name, "snapshots": snapshots, "seconds": round(time.monotonic() - started, 4)}
+    return {"world": world.name, "snapshots": snapshots, "seconds": round(time.monotonic() - started, 4),
+            "kernels": getattr(world, "kernels", None)}

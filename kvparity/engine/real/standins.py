@@ -41,7 +41,7 @@ class StandIn:
     prefer_real: bool  # use the installed real package when it imports cleanly
 
 
-# Top-level package -> why it is on the chain (first unconditional importer, 0.5.3 .. 0.5.4).
+# Top-level package -> why it is on the chain (first unconditional importer; 0.5.3 .. 0.5.4 unless a release is named).
 STANDINS: dict[str, StandIn] = {
     "tqdm": StandIn("sglang/__init__ -> sglang.lang.interpreter: progress bars of the frontend language", True),
     "pybase64": StandIn("sglang/utils.py: base64 of images for the frontend and HTTP API", True),
@@ -69,6 +69,12 @@ STANDINS: dict[str, StandIn] = {
     "compressed_tensors": StandIn("srt/layers/quantization/compressed_tensors (0.5.9+, via configs.model_config): quantised weights", False),
     "gguf": StandIn("srt/layers/quantization/gguf.py (0.5.6+, via configs.model_config): GGUF weights", False),
     "pydantic_core": StandIn("srt/utils/msgspec_utils.py (0.5.22+): schemas of the API messages", False),
+    # The real package (apache-tvm-ffi, the `real` extra on Linux x86_64) is used where it imports; elsewhere the
+    # stand-in only has to let ``class PushPlane(tvm_ffi.Object)`` (wrapped by SGLang's lazy_register_class) and
+    # ``from tvm_ffi import Module`` run at import: instantiating PushPlane or reaching any other tvm_ffi name raises.
+    "tvm_ffi": StandIn(
+        "kernels/ops/communication/all_reduce.py (0.5.23+, via srt/distributed/device_communicators/"
+        "custom_all_reduce_v2.py): FFI objects of the custom all-reduce's JIT kernels (one process: no all-reduce)", False),
     # SGLang's own modules that import a NEVER_STAND_IN package unconditionally: the module itself
     # is stood in, so the package stays absent (and SGLang's fallbacks elsewhere still see it absent).
     "sglang.srt.layers.moe.moe_runner.deep_gemm": StandIn(
