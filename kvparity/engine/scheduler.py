@@ -328,6 +328,7 @@ class Scheduler:
         for rid, req in zip(done, reqs):
             self._sample(rid)
             if self._reached_max_new_tokens(rid):
+                region.append(self._finish_region(rid))
                 self._finish(rid)
                 finished.append(rid)
                 continue
@@ -338,6 +339,11 @@ class Scheduler:
         record.finished = tuple(finished)
         record.write_region = tuple(region)
         return record
+
+    def _finish_region(self, rid: str) -> tuple[int, int, int]:
+        """What a finish may write: the request's own slotted columns of its own row, before the row
+        is freed (SGLang 0.5.22+ repoint them onto the tree's slots; earlier releases write nothing)."""
+        return (self.reqs[rid].req_pool_idx, 0, self.slotted[rid])
 
     def _finish(self, rid: str) -> None:
         req = self.reqs[rid]
@@ -426,12 +432,13 @@ class Scheduler:
     def _process_decode(self, step_index: int, step: Decode) -> StageRecord | None:
         """(must) Inside ONE free group: every running request samples its token; those that
         sampled a stop token (``step.finish``) or reached ``max_new_tokens`` are cached finished."""
-        finishing = []
+        finishing, region = [], []
         self.allocator.free_group_begin()
         for rid in list(self.running):
             self._sample(rid)
             if rid in step.finish or self._reached_max_new_tokens(rid):
                 row = self.reqs[rid].req_pool_idx
+                region.append(self._finish_region(rid))
                 self._finish(rid)
                 finishing.append((rid, row))
         self.allocator.free_group_end()
@@ -447,6 +454,7 @@ class Scheduler:
             rows=tuple(row for _, row in finishing),
             finished=tuple(rid for rid, _ in finishing),
             notes=notes,
+            write_region=tuple(region),
         )
 
     # ---- widenings -----------------------------------------------------------------------------------

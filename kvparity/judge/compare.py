@@ -24,6 +24,9 @@ ALLOWED = {
 }
 ALIAS_DEFECT = "legacy chunk-cache alias"
 
+# Two real releases that number rows or pages otherwise, one consistent map explaining every stage
+# (``kvparity.judge.renumber``): what the release matrix calls "renumbered", named in a check.
+RENUMBERED_BETWEEN_RELEASES = "rows or pages renumbered between releases"
 FINISH_SPLITS_AT_PROMPT = "0.5.20 splits the tree at the prompt boundary on finish"
 CHECKPOINT_SPLITS_AT_PROMPT = "0.5.22 checkpoint splits the tree at the prompt boundary"
 FINISH_REPOINTS_ROW = "0.5.22 repoints a finished row onto the tree's slots"

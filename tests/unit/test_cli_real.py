@@ -28,7 +28,7 @@ def _check(*args: str) -> int:
         (["--against", "0.5.3"], "--against needs --sglang"),
         (["--sglang", "0.5.3", "--candidate", "x.py:f"], "takes no --candidate"),
         (["--sglang", "0.5.3", "--target", "get_last_loc"], "--target get_last_loc does not apply"),
-        (["--sglang", "0.9.9"], "the nearest supported version is 0.5.21"),
+        (["--sglang", "0.9.9"], "the nearest supported version is 0.5.23"),
         (["--sglang", "not a version"], "is not an SGLang version"),
         (["--sglang", "/nonexistent/kvparity-sglang"], "/nonexistent/kvparity-sglang"),
         (["--sglang", "0.5.4"], "give the reference with --against"),

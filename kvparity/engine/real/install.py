@@ -27,6 +27,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from packaging.version import Version
+
 from kvparity.engine.real import RealSGLangError, versions
 
 ENV_CACHE = "KVPARITY_SGLANG_CACHE"  # overrides the cache folder (tests use it)
@@ -126,8 +128,18 @@ def git_version(folder: str | os.PathLike[str]) -> str | None:
         return None
     if distance == "0":
         return str(version)
-    major, minor, micro = version.release
-    return f"{major}.{minor}.{micro + 1}.dev{distance}+g{rest}"
+    return f"{_next_version(version)}.dev{distance}+g{rest}"
+
+
+def _next_version(tagged: Version) -> str:
+    """The version after a tag, as setuptools-scm guesses it: ``0.5.21`` -> ``0.5.22``,
+    ``0.5.3rc1`` -> ``0.5.3rc2``, ``0.5.3.post1`` -> ``0.5.3.post2``."""
+    major, minor, micro = tagged.release
+    if tagged.post is not None:
+        return f"{major}.{minor}.{micro}.post{tagged.post + 1}"
+    if tagged.pre is not None:
+        return f"{major}.{minor}.{micro}{tagged.pre[0]}{tagged.pre[1] + 1}"
+    return f"{major}.{minor}.{micro + 1}"
 
 
 def folder_version(folder: str | os.PathLike[str]) -> tuple[str, str]:

@@ -43,8 +43,12 @@ class Fact:
     qualified: str
     present: bool = True
     params: tuple[str, ...] | None = None
+    # Text the function's source holds (``present``) or lacks: for a behaviour no name shows.
+    says: str | None = None
 
     def describe(self) -> str:
+        if self.says is not None:
+            return f"{self.qualified} {'says' if self.present else 'does not say'} {self.says!r}"
         if not self.present:
             return f"{self.qualified} is absent"
         if self.params is not None:
@@ -95,6 +99,9 @@ def entry_facts(entry: VersionEntry) -> list[Fact]:
         facts.append(Fact(entry.unified_radix_cache))
     facts.append(Fact(f"{_REQ}.req_pool_idx", present=not entry.req_kv_info))  # moved into req.kv (0.5.19)
     facts += _admission_facts(entry.admission)
+    # 0.5.4: a retracted request keeps its row index (the one behaviour of 0.5.3.post2 .. 0.5.5 no name shows).
+    facts.append(Fact(f"{_REQ}.reset_for_retract", says="self.req_pool_idx = None",
+                      present=entry.retract_clears_req_pool_idx))
     return facts
 
 
@@ -157,6 +164,16 @@ class SourceApi:
     def has(self, qualified: str) -> bool:
         return bool(self._resolve(qualified))
 
+    def says(self, qualified: str, text: str) -> bool:
+        """Whether the source of the function ``qualified`` holds ``text``."""
+        node = self._resolve(qualified)
+        if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            return False
+        module = qualified.partition(":")[0]
+        path = self._module_path(module)
+        source = ast.get_source_segment(path.read_text(encoding="utf-8"), node) if path else None
+        return text in (source or "")
+
     def params(self, qualified: str) -> tuple[str, ...] | None:
         """The parameters of a function after ``self`` / ``cls`` (methods that are not static)."""
         node = self._resolve(qualified)
@@ -173,6 +190,10 @@ class SourceApi:
         """The facts that do not hold here, in order, each said in one phrase."""
         out = []
         for fact in facts:
+            if fact.says is not None:
+                if self.says(fact.qualified, fact.says) != fact.present:
+                    out.append(f"{fact.describe().replace(' says ', ' does not say ', 1) if fact.present else fact.qualified + ' says ' + repr(fact.says)}")
+                continue
             present = self.has(fact.qualified)
             if present != fact.present:
                 out.append(f"{fact.qualified} is {'missing' if fact.present else 'present'}")

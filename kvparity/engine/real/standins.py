@@ -74,7 +74,7 @@ STANDINS: dict[str, StandIn] = {
     # ``from tvm_ffi import Module`` run at import: instantiating PushPlane or reaching any other tvm_ffi name raises.
     "tvm_ffi": StandIn(
         "kernels/ops/communication/all_reduce.py (0.5.23+, via srt/distributed/device_communicators/"
-        "custom_all_reduce_v2.py): FFI objects of the custom all-reduce's JIT kernels (one process: no all-reduce)", False),
+        "custom_all_reduce_v2.py): FFI objects of the custom all-reduce's JIT kernels (one process: no all-reduce)", True),
     # SGLang's own modules that import a NEVER_STAND_IN package unconditionally: the module itself
     # is stood in, so the package stays absent (and SGLang's fallbacks elsewhere still see it absent).
     "sglang.srt.layers.moe.moe_runner.deep_gemm": StandIn(
