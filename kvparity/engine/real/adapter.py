@@ -17,6 +17,7 @@ from __future__ import annotations
 import dataclasses
 import importlib
 import inspect
+import os
 from array import array
 from collections.abc import Callable
 from typing import Any
@@ -32,6 +33,7 @@ from kvparity.model.worlds import WorldId
 POISON = -12345  # kvparity.model.poison.POISON (kvparity's sentinel for cells nobody wrote)
 BACKENDS = {"triton": "triton", "torch": "torch_native"}  # kvparity backend -> SGLang attention_backend
 CACHE_KINDS = ("radix", "chunk")
+TREE_CLASSES = ("radix", "unified")  # RadixCache (and ChunkCache), or UnifiedRadixCache (0.5.19+)
 VOCAB_SIZE = 32000
 KV_DTYPE = torch.float16
 
@@ -314,7 +316,17 @@ def sglang_out_of_memory(entry: VersionEntry, exc: BaseException) -> Exhausted |
 class RealWorld:
     """One real SGLang world: real pools, allocator and cache of one version on one backend."""
 
-    def __init__(self, entry: VersionEntry, backend: str, geometry: Any, cache_kind: str, device: str = "cpu") -> None:
+    def __init__(self, entry: VersionEntry, backend: str, geometry: Any, cache_kind: str, device: str = "cpu", *,
+                 tree_class: str | None = None, tree_core: str | None = None) -> None:
+        # The tree a server of this release builds (UnifiedRadixCache from 0.5.19, on the release's
+        # default core), unless a world asks for RadixCache or another core.
+        self.tree_class = tree_class or ("unified" if entry.unified_radix_cache else "radix")
+        self.tree_core = tree_core or (entry.tree_cores[0] if entry.tree_cores else None)
+        if self.tree_class not in TREE_CLASSES or (self.tree_class == "unified" and not entry.unified_radix_cache):
+            raise RealSGLangError(f"tree_class={self.tree_class!r}: SGLang {entry.version} has "
+                                  f"{('radix', 'unified') if entry.unified_radix_cache else ('radix',)}")
+        if tree_core is not None and tree_core not in entry.tree_cores:
+            raise RealSGLangError(f"tree_core={tree_core!r}: SGLang {entry.version} has {entry.tree_cores or 'one core'}")
         if backend not in BACKENDS:
             raise ValueError(f"backend={backend!r}: expected one of {tuple(BACKENDS)}")
         if cache_kind not in CACHE_KINDS:
@@ -359,16 +371,34 @@ class RealWorld:
         self.tree_cache = self._make_tree_cache()
 
     def _make_tree_cache(self) -> Any:
-        """The cache SGLang's scheduler builds for this kind: a RadixCache, or (radix cache disabled,
-        chunked prefill on) a ChunkCache; from 0.5.6 both take a CacheInitParams."""
+        """The cache SGLang's scheduler builds for this kind: a UnifiedRadixCache from 0.5.19
+        (disabled in place of the chunk cache), else a RadixCache, or (radix cache disabled,
+        chunked prefill on) a ChunkCache; from 0.5.6 they take a CacheInitParams."""
         sg, g = self.sg, self.geometry
+        fields = dict(req_to_token_pool=self.req_to_token_pool, token_to_kv_pool_allocator=self.allocator, page_size=g.page_size)
+        if self.tree_class == "unified":
+            return self._unified_radix_cache(fields)
         cls = sg.RadixCache if self.cache_kind == "radix" else sg.ChunkCache
         if cls is None:
-            raise RealSGLangError(f"SGLang {self.entry.version} has no ChunkCache (cache kind 'chunk')")
-        fields = dict(req_to_token_pool=self.req_to_token_pool, token_to_kv_pool_allocator=self.allocator, page_size=g.page_size)
+            raise RealSGLangError(f"SGLang {self.entry.version} has no ChunkCache (cache kind 'chunk'): its chunk "
+                                  f"cache is a disabled UnifiedRadixCache (tree_class 'unified')")
         if sg.CacheInitParams is None:
             return cls(**fields)
         return cls(sg.CacheInitParams(disable=self.cache_kind == "chunk", **fields))
+
+    def _unified_radix_cache(self, fields: dict[str, Any]) -> Any:
+        """A UnifiedRadixCache of the FULL component alone (what the scheduler's factory builds for
+        a plain model), on this world's tree core: passed as ``tree_core_backend`` where the
+        parameters take it (0.5.21+), else through the environment variable SGLang reads (0.5.19-0.5.20)."""
+        sg = self.sg
+        component = importlib.import_module("sglang.srt.mem_cache.unified_cache.component_type").ComponentType
+        params = dict(fields, disable=self.cache_kind == "chunk", tree_components=(component.FULL,))
+        takes_core = "tree_core_backend" in {f.name for f in dataclasses.fields(sg.CacheInitParams)}
+        if takes_core:
+            params["tree_core_backend"] = self.tree_core
+        elif self.tree_core is not None:
+            os.environ["SGLANG_UNIFIED_RADIX_TREE_CORE_BACKEND"] = self.tree_core
+        return sg.UnifiedRadixCache(sg.CacheInitParams(**params))
 
     # ------------------------------------------------------------------ kvparity's World interface
 
@@ -482,7 +512,9 @@ class RealWorld:
         """The PrefillAdder's admission lock on the matched node (radix cache only)."""
         if self.cache_kind == "radix":
             self.activate()
-            self.tree_cache.inc_lock_ref(req.last_node)
+            result = self.tree_cache.inc_lock_ref(req.last_node)
+            if hasattr(req, "lock_receipt") and hasattr(result, "to_dec_params"):
+                req.lock_receipt = result.to_dec_params()  # 0.5.20+: the release receipt, as the PrefillAdder keeps it
 
     @property
     def stash_frees_row(self) -> bool:
@@ -546,6 +578,10 @@ class RealWorld:
         """One ``(extra_key, full token path, node slots, lock_ref)`` per node of the real radix
         tree, sorted (kvparity's ``RadixCache.contents()`` format); [] for a ChunkCache."""
         cache = self.tree_cache if cache is None else cache
+        if self.tree_class == "unified":
+            from kvparity.engine.real.unified_tree import unified_tree_nodes
+
+            return unified_tree_nodes(cache) if self.cache_kind == "radix" else []
         entries = [(extra, path, tuple(int(v) for v in node.value.tolist()), int(node.lock_ref))
                    for node, extra, path in _walk(cache)]
         return sorted(entries, key=lambda e: (e[0] is not None, e[0] or "", e[1], e[2], e[3]))
@@ -553,6 +589,8 @@ class RealWorld:
     def all_tree_slots(self, cache: Any = None) -> list[int]:
         """Every slot the tree holds, depth first over sorted children (kvparity's order)."""
         cache = self.tree_cache if cache is None else cache
+        if self.tree_class == "unified":
+            return [slot for _, _, slots, _ in self.tree_contents(cache) for slot in slots]
         return [int(v) for node, _, _ in _walk(cache) for v in node.value.tolist()]
 
     def state(self) -> dict[str, Any]:

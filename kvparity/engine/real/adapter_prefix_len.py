@@ -26,7 +26,6 @@ from kvparity.engine.real import RealSGLangError
 from kvparity.engine.real.adapter import RealWorld
 from kvparity.engine.real.versions import VersionEntry
 
-TREE_CLASSES = ("unified", "radix")  # UnifiedRadixCache (what a server builds) or RadixCache (selectable)
 
 
 class ReleasedPrefix(tuple):
@@ -97,14 +96,8 @@ class PrefixLenWorld(RealWorld):
     ``tree_class``: "unified" (a server's) or "radix" (RadixCache, still shipped)."""
 
     def __init__(self, entry: VersionEntry, backend: str, geometry: Any, cache_kind: str, device: str = "cpu",
-                 *, tree_core: str = "rust", tree_class: str = "unified") -> None:
-        if tree_core not in entry.tree_cores:
-            raise RealSGLangError(f"tree_core={tree_core!r}: SGLang {entry.version} has {entry.tree_cores}")
-        if tree_class not in TREE_CLASSES:
-            raise ValueError(f"tree_class={tree_class!r}: expected one of {TREE_CLASSES}")
-        self.tree_core = tree_core
-        self.tree_class = tree_class
-        super().__init__(entry, backend, geometry, cache_kind, device)
+                 **options: Any) -> None:
+        super().__init__(entry, backend, geometry, cache_kind, device, **options)
         self.prefix_kv_indices = importlib.import_module("sglang.srt.mem_cache.allocation")._prefix_kv_indices
         self.common = importlib.import_module("sglang.srt.mem_cache.common")
         self.kernels = self._kernels_in_use()
@@ -140,35 +133,6 @@ class PrefixLenWorld(RealWorld):
         if core is None:
             return "n/a"
         return "rust" if "rust" in type(core).__name__.lower() else "python"
-
-    # ------------------------------------------------------------------ the cache
-
-    def _make_tree_cache(self) -> Any:
-        sg, g = self.sg, self.geometry
-        fields = dict(req_to_token_pool=self.req_to_token_pool, token_to_kv_pool_allocator=self.allocator,
-                      page_size=g.page_size)
-        disable = self.cache_kind == "chunk"
-        if self.tree_class == "radix":
-            if disable:
-                raise RealSGLangError("RadixCache cannot stand for the chunk cache: SGLang 0.5.22+ builds a disabled UnifiedRadixCache")
-            return sg.RadixCache(sg.CacheInitParams(disable=False, **fields))
-        component = importlib.import_module("sglang.srt.mem_cache.unified_cache.component_type").ComponentType
-        params = sg.CacheInitParams(disable=disable, tree_components=(component.FULL,), tree_core_backend=self.tree_core,
-                                    **fields)
-        cache = sg.UnifiedRadixCache(params)
-        return cache
-
-    def tree_contents(self, cache: Any = None) -> list[tuple]:
-        from kvparity.engine.real.unified_tree import unified_tree_nodes
-
-        cache = self.tree_cache if cache is None else cache
-        if self.tree_class == "radix":
-            return super().tree_contents(cache)
-        return unified_tree_nodes(cache) if self.cache_kind == "radix" else []
-
-    def all_tree_slots(self, cache: Any = None) -> list[int]:
-        """Every slot the tree holds, in ``tree_contents`` order."""
-        return [slot for _, _, slots, _ in self.tree_contents(cache) for slot in slots]
 
     # ------------------------------------------------------------------ the scheduler's hooks
 

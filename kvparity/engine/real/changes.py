@@ -62,11 +62,14 @@ CHANGES: tuple[Change, ...] = (
     Change("0.5.18", RENUMBERING, "rows are popped from the tail of the free list (the last freed row is reused first); "
            "its pull request: \"allocation order has no semantic meaning\"", "#32208"),
     Change("0.5.19", BEHAVIOUR, "the request's row and KV lengths move to req.kv (ReqKvInfo); the scheduler builds "
-           "UnifiedRadixCache on the plain path (kvparity still drives RadixCache, see docs/matrix/README.md)"),
+           "UnifiedRadixCache on the plain path (on its Python tree core), which kvparity drives from this release on "
+           "(RadixCache stays selectable)"),
     Change("0.5.20", RENUMBERING, "free pages are sorted near exhaustion whatever need_sort says; the torch allocation "
            "fallback is vectorised", "#37938"),
     Change("0.5.21", BEHAVIOUR, "cache_finished_req is gone: release_kv_cache inserts (insert_req), frees the row's own "
            "KV (free_kv_row) and unpins; paged frees wait in staged_pages"),
+    Change("0.5.21", BEHAVIOUR, "UnifiedRadixCache builds its tree on a compiled Rust core by default "
+           "(SGLANG_UNIFIED_RADIX_TREE_CORE_BACKEND=rust; the Python core stays selectable)"),
     Change("0.5.22", BEHAVIOUR, "the prefix_len state model: Req.prefix_indices is gone (prefix_len plus the row or the "
            "locked tree path), ChunkCache is gone (a disabled UnifiedRadixCache), the caches take checkpoint_kv_cache / "
            "release_kv_cache(checkpoint=...); a finish repoints the row onto the tree's slots before freeing it, a "
@@ -75,8 +78,7 @@ CHANGES: tuple[Change, ...] = (
            "cache_unfinished_req (the same pages; the free list's order and later page numbers differ); freed slots wait "
            "as int64"),
     Change("0.5.22", BEHAVIOUR, "the paged allocator checks the exact page count before its kernels (None instead of a "
-           "launch on too few free pages) and runs torch twins where the platform has no Triton; a compiled Rust "
-           "radix-tree core is the server default beside the Python one"),
+           "launch on too few free pages) and runs torch twins where the platform has no Triton"),
 )
 
 

@@ -133,8 +133,9 @@ class VersionEntry:
     # Where UnifiedRadixCache lives: what a server builds from 0.5.19 on (enabled; disabled in
     # place of the chunk cache from 0.5.22). None before 0.5.19.
     unified_radix_cache: str | None = None
-    # The radix tree has two cores, a compiled Rust one (the server default) and a Python one
-    # (0.5.22+).
+    # The cores UnifiedRadixCache can build its tree on, the server's default first: the Python one
+    # (0.5.19, 0.5.20), then a compiled Rust one beside it (0.5.21+: SGLANG_UNIFIED_RADIX_TREE_CORE_BACKEND
+    # defaults to "rust").
     tree_cores: tuple[str, ...] = ()
 
     @property
@@ -232,13 +233,13 @@ CHANGES: tuple[tuple[str, dict[str, object]], ...] = (
     ("0.5.19", dict(
         release_req_params=("idx", "remaing_req_count", "offload_kv"), req_kv_info=True,
         protected_len_field="kv.cache_protected_len",
-        unified_radix_cache="sglang.srt.mem_cache.unified_radix_cache:UnifiedRadixCache",
+        unified_radix_cache="sglang.srt.mem_cache.unified_radix_cache:UnifiedRadixCache", tree_cores=("python",),
     )),
     ("0.5.20", dict()),
-    ("0.5.21", dict()),
+    ("0.5.21", dict(tree_cores=("rust", "python"))),  # the Rust core ships, and is the default, from 0.5.21
     ("0.5.22", dict(
         generation="prefix_len", chunk_cache=None, admission="extend_end", prefix_default="none",
-        chunk_prefix="none", tree_cores=("rust", "python"),
+        chunk_prefix="none",
     )),
     ("0.5.23", dict()),
 )
