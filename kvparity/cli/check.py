@@ -53,6 +53,9 @@ def add(commands: argparse._SubParsersAction, parser_class: type) -> None:
     sub.add_argument("--sglang", metavar="A", help="check real SGLang A (a version such as 0.5.3, or a folder holding "
                      "the sglang package): against kvparity's model of the same version, or against --against B")
     sub.add_argument("--against", metavar="B", help="the reference for --sglang: another real SGLang (version or folder)")
+    sub.add_argument("--tree-class", choices=("unified", "radix"), default=None,
+                     help="the radix cache real SGLang 0.5.19+ builds: unified (UnifiedRadixCache, what a server builds; "
+                          "the default) or radix (RadixCache, which those releases still ship)")
     sub.add_argument("--json", metavar="PATH", help="write the verdict as JSON")
     sub.add_argument("--repro", metavar="PATH", help="write a script that replays the counterexample")
     sub.add_argument("--markdown", metavar="PATH",
@@ -100,6 +103,9 @@ def run(args: argparse.Namespace) -> int:
           + (f", seed {args.seed}" if args.seed is not None else ", derandomized"))
     if args.sglang is not None or args.against is not None:
         return _check_real(args)
+    if args.tree_class is not None:
+        print("kvparity check: --tree-class chooses the radix cache of real SGLang: it needs --sglang", file=sys.stderr)
+        return USAGE_ERROR
     if args.candidate is None:
         if args.target != WHOLE_PATH:
             print(f"kvparity check: --target {args.target} needs --candidate (without one, kvparity checks this "
@@ -182,7 +188,7 @@ def _check_real(args: argparse.Namespace) -> int:
                   f"give the reference with --against (e.g. --against 0.5.3.post1)", file=sys.stderr)
             return USAGE_ERROR
         specs = [checked] if reference is None else [reference, checked]
-        lane = RealLane(specs, backends)  # a worker starts on first use: in each job when jobs > 1
+        lane = RealLane(specs, backends, tree_class=args.tree_class)  # a worker starts on first use: in each job when jobs > 1
     except RealSGLangError as exc:
         print(f"kvparity check: {exc}", file=sys.stderr)
         return USAGE_ERROR
@@ -193,7 +199,7 @@ def _check_real(args: argparse.Namespace) -> int:
             worlds = (("legacy", "torch"),)  # only decides where a scenario leaves the server's path
         return _check_repository(args, worlds=worlds, lane=lane, real_reference=reference is not None or tree_cores,
                                  default_examples=DEFAULT_REAL_EXAMPLES,
-                                 lane_factory=functools.partial(RealLane, specs, backends))
+                                 lane_factory=functools.partial(RealLane, specs, backends, tree_class=args.tree_class))
 
 
 def _check_repository(
@@ -227,8 +233,12 @@ def _check_repository(
     print(f"scenario classes reached: {len(verdict.required_reached)}/{len(REQUIRED)}")
     for missing in (c for c in REQUIRED if c not in verdict.classes):
         print(f"  not reached: {missing}")
+    from kvparity.judge.compare import KNOWN_VERSION_DIFFERENCES, RENUMBERED_BETWEEN_RELEASES
+
     for defect, count in sorted(verdict.findings.items()):
-        print(f"known defect reported: {defect}, in {count} scenarios; not a divergence")
+        between_releases = defect in KNOWN_VERSION_DIFFERENCES or defect == RENUMBERED_BETWEEN_RELEASES
+        kind = "known difference between releases" if between_releases else "known defect reported"
+        print(f"{kind}: {defect}, in {count} scenarios; not a divergence")
         if defect in verdict.finding_examples:
             example = verdict.finding_examples[defect].replace("\n", "\n    ")
             print(f"  first seen: {example}")

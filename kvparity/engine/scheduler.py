@@ -26,6 +26,7 @@ from typing import Any
 
 import torch
 
+from kvparity.engine.interface import SchedulerWorld
 from kvparity.mem_cache.errors import Exhausted
 from kvparity.model.contract import batch_prefix_violations
 from kvparity.model.records import LogprobAdmission, Note, Observation, StageRecord
@@ -52,9 +53,9 @@ def retract_order(reqs: list[Any]) -> list[int]:
 
 
 class Scheduler:
-    def __init__(self, world: Any, scenario: Scenario) -> None:
-        # ``world``: a kvparity.engine.world.World, or a real-SGLang world with the same interface
-        # (kvparity.engine.real.adapter.RealWorld, built in a worker process).
+    def __init__(self, world: SchedulerWorld, scenario: Scenario) -> None:
+        # ``world``: a kvparity.engine.world.World, or a real-SGLang world of one generation's adapter
+        # (built in a worker process): the interface of kvparity.engine.interface.
         self.world = world
         self.scenario = scenario
         self.page_size = scenario.geometry.page_size

@@ -22,10 +22,8 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
-from kvparity.engine.real import RealSGLangError
 from kvparity.engine.real.adapter import RealWorld
 from kvparity.engine.real.versions import VersionEntry
-
 
 
 class ReleasedPrefix(tuple):

@@ -28,9 +28,17 @@ DEFAULT_TIMEOUT_S = 120.0
 PYTHON_TREE = "python-tree"  # WorldId.variant of a world on the Python radix-tree core
 
 
-def world_options(world: WorldId) -> dict[str, str]:
-    """What the worker builds a world with beyond its backend (``adapter.build_real_world``)."""
-    return {"tree_core": "python"} if world.variant == PYTHON_TREE else {}
+def world_options(world: WorldId, tree_class: str | None = None) -> dict[str, str]:
+    """What the worker builds a world with beyond its backend (``adapter.build_real_world``):
+    its tree core, and the tree class asked for (only releases with a UnifiedRadixCache choose)."""
+    options = {"tree_core": "python"} if world.variant == PYTHON_TREE else {}
+    return options | ({"tree_class": tree_class} if tree_class and world.release and _has_unified(world.release) else {})
+
+
+def _has_unified(release: str) -> bool:
+    from kvparity.engine.real.versions import SUPPORTED
+
+    return SUPPORTED[release].unified_radix_cache is not None
 
 
 def source_label(source: SGLangSource) -> str:
@@ -81,12 +89,13 @@ class RealLane:
     ``names``, their names ``<label>/<backend>``), in order: each label on each backend."""
 
     def __init__(self, specs: list[Any], backends: tuple[str, ...] = BACKENDS, *, timeout: float = DEFAULT_TIMEOUT_S,
-                 tree_core_variants: bool = True):
+                 tree_core_variants: bool = True, tree_class: str | None = None):
         unknown = [b for b in backends if b not in BACKENDS]
         if unknown or not backends:
             raise RealSGLangError(f"backends {list(backends)}: expected some of {BACKENDS}")
         self.sources = [s if isinstance(s, SGLangSource) else resolve(str(s)) for s in specs]
         self.backends = tuple(backends)
+        self.tree_class = tree_class  # None: what a server of each release builds
         self.labels = [source_label(s) for s in self.sources]
         self.workers = {
             label: RealWorker(source, plugins=("kvparity.engine.real.play",), call_timeout=timeout)
@@ -128,7 +137,7 @@ class RealLane:
             worker, name = self.workers[world.version], str(world)
             try:
                 reply = worker.call("play", backend=world.backend, scenario=data, stop_before=stop_before,
-                                    options=world_options(world))
+                                    options=world_options(world, self.tree_class))
             except (WorkerDied, WorkerHung) as exc:
                 step, operation = _where(getattr(exc, "stderr_tail", "") or worker.last_stderr)
                 kind = "died" if isinstance(exc, WorkerDied) else "hung"
