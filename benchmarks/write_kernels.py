@@ -130,6 +130,7 @@ def copy_bandwidth(nbytes: int = 1 << 30) -> float:
 
 def empty_kernel_us() -> float:
     import triton
+    import triton.language as tl
 
     @triton.jit
     def empty(x):

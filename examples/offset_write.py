@@ -15,8 +15,7 @@ Check it with ``kvparity check --target write_cache_indices --candidate examples
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import Any
+from typing import Any, Sequence
 
 try:  # inside kvparity this fixes the Triton mode (interpreter on CPU) before triton is imported
     from kvparity.kernels import runtime  # noqa: F401
