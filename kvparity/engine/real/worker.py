@@ -25,6 +25,7 @@ gone afterwards, the next ``call`` starts a fresh one); the kvparity process nev
 from __future__ import annotations
 
 import argparse
+import faulthandler
 import json
 import os
 import select
@@ -526,6 +527,10 @@ def _startup(args: argparse.Namespace, ctx: Context) -> None:
     if problems:
         raise RealSGLangError(f"the adapter entry for {entry.version} does not match the imported SGLang: {'; '.join(problems)}")
     ctx.info["differs_from_release"] = adapter.world_class(entry).behaviour_notes(entry)
+    # A real package imported above may install a crash handler of its own (apache-tvm-ffi prints C
+    # frames on SIGSEGV): Python's, re-enabled last, is the one whose frames name the step's operation.
+    faulthandler.disable()  # enable() alone keeps the handler it already had registered
+    faulthandler.enable()
     ctx.entry = entry
     ctx.sglang_dir = folder
     ctx.info.update(
