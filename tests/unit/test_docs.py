@@ -191,8 +191,8 @@ def _is_path(word: str) -> bool:
     if not PATH_WORD.match(word) or word.startswith(".venv/") or "..." in word:
         return False
     parts = word.rstrip("/").split("/")
-    if len(parts) == 2 and parts[1] in backends():
-        return False  # a world's name, ``version/backend``
+    if len(parts) == 2 and parts[1].split("+")[0] in backends():
+        return False  # a world's name, ``version/backend`` or ``version/backend+variant``
     # A bare file name (``ci.yml``, ``linear_write.py``) is a short name its sentence places.
     return "/" in word
 

@@ -46,7 +46,7 @@ VERDICTS = {"0.5.3.post1": EXACT, "0.5.3.post2": RENUMBERED, "0.5.4": DIVERGENT,
 class FakeLane:
     started: list[str] = []
 
-    def __init__(self, specs: list[str], backends: tuple[str, ...]) -> None:
+    def __init__(self, specs: list[str], backends: tuple[str, ...], **options: object) -> None:
         (self.release,), self.backends = specs, backends
 
     def start(self) -> None:
