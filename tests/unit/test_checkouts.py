@@ -10,7 +10,6 @@ into the cache: ``_edit`` replaces a symlink with a file of its own, so the cach
 
 from __future__ import annotations
 
-import os
 import re
 import shutil
 import subprocess
@@ -20,6 +19,8 @@ from pathlib import Path
 import pytest
 
 from kvparity.engine.real import RealSGLangError, install, probe, versions
+
+from checkout_cases import _checkout, _edit
 
 # --------------------------------------------------------------------------- versions
 
@@ -97,34 +98,6 @@ def test_git_version_without_git_is_none(tmp_path, no_git_above):
 
 
 # --------------------------------------------------------------------------- checkouts
-
-
-def _release(version: str) -> Path:
-    folder = install.cache_root() / version
-    if install.read_version(folder) != version:
-        pytest.skip(f"sglang {version} is not installed in {install.cache_root()} "
-                    f"(python -m kvparity.engine.real.install {version} installs it)")
-    return folder
-
-
-def _checkout(release: str, root: Path) -> Path:
-    """A checkout's ``python/`` folder under ``root`` holding the installed release's sglang package."""
-    src = _release(release) / "sglang"
-    python = root / "python"
-    for here, _dirs, files in os.walk(src):
-        dest = python / "sglang" / Path(here).relative_to(src)
-        dest.mkdir(parents=True)
-        for name in files:
-            (dest / name).symlink_to(Path(here) / name)
-    return python
-
-
-def _edit(path: Path, old: str, new: str) -> None:
-    """Replace ``old`` by ``new`` in a file of a copy (the symlink is replaced, the cache untouched)."""
-    text = path.read_text(encoding="utf-8")
-    assert old in text, f"{old!r} is not in {path}"
-    path.unlink()
-    path.write_text(text.replace(old, new), encoding="utf-8")
 
 
 # The 0.5.21 code fits the entries of 0.5.19, 0.5.20 and 0.5.21; the version chooses among them

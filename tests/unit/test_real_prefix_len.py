@@ -1,0 +1,52 @@
+"""The 0.5.22+ generation (``kvparity/engine/real/adapter_prefix_len.py``) and the two radix-tree
+cores can fail: a copy of real 0.5.22 with one line broken is caught, by the comparison with the
+release and by the comparison of its Python tree core with its Rust one.
+
+The copies are checkout-shaped folders (``checkout_cases``) of the installed release; the tests
+skip, saying so, where it is not installed.
+"""
+
+from __future__ import annotations
+
+from checkout_cases import _checkout, _edit, _release
+
+from kvparity.engine.real import install
+from kvparity.engine.real.lane import RealLane
+from kvparity.golden.scenarios import GOLDENS
+from kvparity.run.runner import run_scenario
+
+RELEASE = "0.5.22"
+MEM = "sglang/srt/mem_cache"
+
+
+def _play(golden: str, specs: list, backends: tuple[str, ...] = ("torch",)):
+    with RealLane(specs, backends) as lane:
+        return run_scenario(GOLDENS[golden], (("refactored", "torch"),), lane=lane, real_reference=True)
+
+
+def test_the_release_against_itself_is_parity(tmp_path):
+    copy = _checkout(RELEASE, tmp_path)  # the same code, named otherwise: nothing may differ
+    result = _play("chunked-radix-cache", [install.resolve(str(_release(RELEASE))), str(copy)])
+    assert result.ok, [d.line() for d in result.divergences]
+
+
+def test_a_chunked_prefix_read_one_column_off_is_caught(tmp_path):
+    # A request that holds its row reads its prefix from it (allocation._prefix_kv_indices).
+    copy = _checkout(RELEASE, tmp_path)
+    _edit(copy / MEM / "allocation.py", "return row[: req.prefix_len].to(torch.int64)",
+          "return row[1 : req.prefix_len + 1].to(torch.int64)")
+    result = _play("chunked-radix-cache", [install.resolve(str(_release(RELEASE))), str(copy)])
+    assert result.divergences, "the broken copy gave parity"
+    assert all(d.world.startswith(f"{tmp_path.name}@{RELEASE}/") for d in result.divergences)
+
+
+def test_a_python_tree_core_that_locks_too_little_is_caught_against_the_rust_core(tmp_path):
+    # The Python core's FULL component locks the path from the node up to the root; this copy
+    # stops below the root's child. The Rust core (the reference world) is untouched.
+    copy = _checkout(RELEASE, tmp_path)
+    _edit(copy / MEM / "unified_cache/components/full.py",
+          "        delta = 0\n        while cur is not root:\n",
+          "        delta = 0\n        while cur is not root and cur.parent is not root:\n")
+    result = _play("running-prompt-matched", [str(copy)])
+    assert result.divergences, "the Python core's broken lock gave parity with the Rust core"
+    assert {d.world for d in result.divergences} == {f"{tmp_path.name}@{RELEASE}/torch+python-tree"}
