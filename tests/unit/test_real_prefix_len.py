@@ -8,12 +8,12 @@ skip, saying so, where it is not installed.
 
 from __future__ import annotations
 
-from checkout_cases import _checkout, _edit, _release
-
 from kvparity.engine.real import install
 from kvparity.engine.real.lane import RealLane
 from kvparity.golden.scenarios import GOLDENS
 from kvparity.run.runner import run_scenario
+
+from checkout_cases import _checkout, _edit, _release
 
 RELEASE = "0.5.22"
 MEM = "sglang/srt/mem_cache"
