@@ -124,6 +124,7 @@ def run(args: argparse.Namespace) -> int:
     from kvparity.engine.real import RealSGLangError
     from kvparity.engine.real.lane import RealLane
     from kvparity.engine.real.versions import entry
+    from kvparity.engine.real.worker import WorkerStartError
     from kvparity.kernels import runtime  # noqa: F401  (the device and Triton's mode first)
     from kvparity.model import profiles
     from kvparity.run.matrix import run_matrix
@@ -154,17 +155,17 @@ def run(args: argparse.Namespace) -> int:
         jobs = args.jobs or len(os.sched_getaffinity(0))
         lanes: dict = {}
         with ThreadPoolExecutor(max_workers=jobs) as pool:  # each lane waits on its own worker process
-            try:
+            try:  # each lane's worker starts when its release's turn comes (run_matrix)
                 lanes = {v: RealLane([v], backends, tree_core_variants=False) for v in playing}
-                list(pool.map(lambda lane: lane.start(), lanes.values()))
             except RealSGLangError as exc:
-                for lane in lanes.values():
-                    lane.close()
                 print(f"kvparity matrix: {exc}", file=sys.stderr)
                 return USAGE_ERROR
-            progress = Progress(len(scenarios))
+            progress = Progress(len(scenarios) * len(lanes), unit="release scenarios")
             try:
                 results = run_matrix(scenarios, lanes, mine, tick=progress.step, pool=pool)
+            except WorkerStartError as exc:  # a release that installs but does not import here
+                print(f"kvparity matrix: {exc}", file=sys.stderr)
+                return USAGE_ERROR
             finally:
                 progress.close()
                 for lane in lanes.values():

@@ -104,21 +104,57 @@ def run_matrix(
     tick: Callable[[], None] = lambda: None,
     pool: Executor | None = None,
 ) -> list[PairResult]:
-    """``lanes``: release -> a started ``RealLane`` of that release alone; ``pairs``: (reference
-    release, release). Every release plays every scenario once; every pair is judged on them."""
+    """``lanes``: release -> a ``RealLane`` of that release alone (started here, when its turn
+    comes, and closed when it has played); ``pairs``: (reference release, release). Every release
+    plays every scenario once, release by release (one worker per release, ``pool``'s threads
+    playing that many releases at once); a pair is judged as soon as both its releases have played,
+    while the next ones play, and a release's snapshots are dropped once no pair left needs them.
+    ``tick`` is called once per scenario a release played."""
+    pilots = [play_pilot(scenario) for scenario in scenarios]
     ids = {(a, b, backend): (lanes[a].ids[i], lanes[b].ids[i])
            for a, b in pairs for i, backend in enumerate(lanes[a].backends)}
     results = {key: PairResult(str(ref_id), str(world), key[0], key[1], key[2]) for key, (ref_id, world) in ids.items()}
-    for scenario in scenarios:
-        stop, classes = play_pilot(scenario)
-        if pool is None:
-            played = {release: lane.play(scenario, stop) for release, lane in lanes.items()}
-        else:  # the lanes' workers play at once; the results are judged here, in pair order
-            futures = {release: pool.submit(lane.play, scenario, stop) for release, lane in lanes.items()}
-            played = {release: future.result() for release, future in futures.items()}
-        for key, result in results.items():
-            ref_id, world = ids[key]
-            ref, got = played[key[0]][result.reference], played[key[1]][result.other]
+    order = [release for release in lanes if any(release in pair for pair in pairs)]
+
+    def play_release(release: str) -> list[dict[str, Any]]:
+        lane = lanes[release]
+        try:
+            lane.start()
+            played = []
+            for scenario, (stop, _) in zip(scenarios, pilots):
+                played.append(lane.play(scenario, stop))
+                tick()
+            return played
+        finally:
+            lane.close()
+
+    played: dict[str, list[dict[str, Any]]] = {}
+    waiting = list(pairs)
+    if pool is None:
+        done = ((release, play_release(release)) for release in order)
+    else:
+        futures = {release: pool.submit(play_release, release) for release in order}
+        done = ((release, futures[release].result()) for release in order)
+    for release, snapshots in done:
+        played[release] = snapshots
+        for pair in [p for p in waiting if p[0] in played and p[1] in played]:
+            waiting.remove(pair)
+            _judge_pair(pair, scenarios, pilots, played, ids, results)
+        for gone in [r for r in played if not any(r in p for p in waiting)]:
+            del played[gone]
+    return list(results.values())
+
+
+def _judge_pair(pair: tuple[str, str], scenarios: list[Scenario], pilots: list[tuple[int | None, set[str]]],
+                played: dict[str, list[dict[str, Any]]], ids: dict, results: dict) -> None:
+    """Every scenario's verdict for ``pair``, on each backend, in scenario order."""
+    for key, result in results.items():
+        if key[:2] != pair:
+            continue
+        ref_id, world = ids[key]
+        for index, scenario in enumerate(scenarios):
+            classes = pilots[index][1]
+            ref, got = played[pair[0]][index][result.reference], played[pair[1]][index][result.other]
             if not isinstance(ref, list) or not isinstance(got, list):
                 failed = ref if not isinstance(ref, list) else got
                 result.add(DIVERGENT, f"real SGLang failed: {failed.line()}", scenario, classes, "real SGLang failed")
@@ -126,5 +162,3 @@ def run_matrix(
             verdict, known = pair_verdict(ref, got, ref_id, world, scenario.geometry.page_size)
             result.findings.update(known)
             result.add(verdict.verdict, verdict.detail, scenario, classes, verdict.what)
-        tick()
-    return list(results.values())

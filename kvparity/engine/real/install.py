@@ -16,7 +16,9 @@ This module never imports sglang: a path's version is read from ``sglang/version
 from __future__ import annotations
 
 import ast
+import contextlib
 import functools
+import hashlib
 import os
 import shutil
 import subprocess
@@ -295,13 +297,29 @@ def _checked(source: SGLangSource, check_supported: bool) -> SGLangSource:
     fits (else the version table is wrong about it, which is said, never driven)."""
     if not check_supported:
         return source
+    remembered = _remembered_probe(Path(source.path))
+    if remembered.is_file() and remembered.read_text().strip() == source.version:
+        return SGLangSource(source.path, source.version, source.origin, source.version)
     probed = probe_source(source.path, source.version, source.origin)
     if probed.entry_release != source.version:
         raise RealSGLangError(
             f"the code of the installed sglang {source.version} fits kvparity's entry of {probed.entry_release}, not its "
             f"own: the version table is wrong about {source.version} (kvparity/engine/real/versions.py)"
         )
+    with contextlib.suppress(OSError):  # an installed release never changes: its probe is kept beside it
+        remembered.write_text(probed.entry_release + "\n")
     return probed
+
+
+def _remembered_probe(folder: Path) -> Path:
+    """Where an installed release keeps the entry its code was probed to, for this version of the
+    probe and the table (a change to either probes again)."""
+    from kvparity.engine.real import probe
+
+    digest = hashlib.sha256()
+    for module in (probe, versions):
+        digest.update(Path(module.__file__ or "").read_bytes())
+    return folder / f".kvparity-probe-{digest.hexdigest()[:16]}"
 
 
 def main(argv: list[str] | None = None) -> int:
