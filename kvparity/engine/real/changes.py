@@ -74,9 +74,6 @@ CHANGES: tuple[Change, ...] = (
            "locked tree path), ChunkCache is gone (a disabled UnifiedRadixCache), the caches take checkpoint_kv_cache / "
            "release_kv_cache(checkpoint=...); a finish repoints the row onto the tree's slots before freeing it, a "
            "checkpoint splits the tree at the prompt boundary, a released request has no readable prefix"),
-    Change("0.5.22", RENUMBERING, "a checkpoint frees a request's duplicate pages in another order than 0.5.21's "
-           "cache_unfinished_req (the same pages; the free list's order and later page numbers differ); freed slots wait "
-           "as int64"),
     Change("0.5.22", BEHAVIOUR, "the paged allocator checks the exact page count before its kernels (None instead of a "
            "launch on too few free pages) and runs torch twins where the platform has no Triton"),
 )
