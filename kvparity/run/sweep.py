@@ -182,13 +182,28 @@ def play_templates(
     for index, shard in tasks:
         outcome = TemplateOutcome(index, shard)
         failing: list[tuple[Scenario, RunResult]] = []
-        _play_template(TEMPLATES[index], play_one, plan.examples(shard), plan.seed(index, shard), outcome, failing, tick)
+        noting = _noting_kernels(play_one, outcome)
+        _play_template(TEMPLATES[index], noting, plan.examples(shard), plan.seed(index, shard), outcome, failing, tick)
         if failing:
             outcome.failure = _minimal(*_preferred(failing), play_one)
         outcomes.append(outcome)
         if failing:
             break
     return outcomes
+
+
+def _noting_kernels(play_one: Callable[[Scenario], RunResult], outcome: TemplateOutcome) -> Callable[[Scenario], RunResult]:
+    """``play_one``, keeping which kernels each real world ran. (A wrapper, not a line in
+    ``_play_template``'s ``play``: Hypothesis derives a derandomized run's draws from that
+    function's source, so editing it would change every default run's scenarios.)"""
+
+    def play(scenario: Scenario) -> RunResult:
+        result = play_one(scenario)
+        for world, kernels in result.kernels.items():
+            outcome.kernels.setdefault(world, kernels)
+        return result
+
+    return play
 
 
 def _merge(verdict: HarnessVerdict, outcomes: list[TemplateOutcome]) -> None:
@@ -324,8 +339,6 @@ def _play_template(template, play_one, count, random_seed, verdict, failing, tic
         verdict.scenarios += 1
         verdict.classes |= result.classes
         verdict.findings.update({d.known_defect for d in result.findings})
-        for world, kernels in result.kernels.items():
-            verdict.kernels.setdefault(world, kernels)
         for d in result.findings:
             verdict.finding_examples.setdefault(d.known_defect, f"{d.what}: {d.detail}\n{scenario.to_python()}")
         tick()
