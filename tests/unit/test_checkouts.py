@@ -28,7 +28,8 @@ from checkout_cases import _checkout, _edit, _release
 @pytest.mark.parametrize(
     "text, normalized",
     [("0.5.22.dev12+g1a2b3c4", "0.5.22.dev12+g1a2b3c4"), ("0.5.3rc1", "0.5.3rc1"), ("0.5.3.post1", "0.5.3.post1"),
-     ("sglang==0.5.4", "0.5.4"), ("v0.5.4", "0.5.4"), ("0.5.3-post1", "0.5.3.post1")],
+     ("sglang==0.5.4", "0.5.4"), ("v0.5.4", "0.5.4"), ("0.5.3-post1", "0.5.3.post1"),
+     (" sglang==0.5.3.post1 ", "0.5.3.post1")],
 )
 def test_parse_version_accepts_pep440_and_normalizes_it(text, normalized):
     assert versions.parse_version(text) == normalized

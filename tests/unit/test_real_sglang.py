@@ -32,19 +32,7 @@ BACKENDS = ("triton", "torch")
 # --------------------------------------------------------------------------- versions
 
 
-@pytest.mark.parametrize(
-    "spec, bare",
-    [("0.5.3", "0.5.3"), ("sglang==0.5.3", "0.5.3"), (" sglang==0.5.3.post1 ", "0.5.3.post1"), ("v0.5.4", "0.5.4"),
-     ("0.5.3-post1", "0.5.3.post1")],
-)
-def test_parse_version_accepts_versions_and_requirements(spec, bare):
-    assert versions.parse_version(spec) == bare
-
-
-@pytest.mark.parametrize("spec", ["banana", "0.5", "sglang>=0.5.3", ""])
-def test_parse_version_refuses_other_text(spec):
-    with pytest.raises(RealSGLangError, match="is not an SGLang version"):
-        versions.parse_version(spec)
+# parse_version's accepted and refused forms: tests/unit/test_checkouts.py.
 
 
 @pytest.mark.parametrize(
