@@ -96,10 +96,15 @@ def _extend_logprob_start_len(req: Any) -> int:
 
 
 def _extend_logprob_start_len_now(req: Any) -> int:
-    """SGLang's own ``compute_extend_logprob_start_len`` on the request's current state."""
+    return extend_logprob_start_len_of(req, len(req.prefix_indices), _extend_len(req))
+
+
+def extend_logprob_start_len_of(req: Any, prefix_len: int, extend_len: int) -> int:
+    """SGLang's own ``compute_extend_logprob_start_len`` on the request's current state (its
+    prefix and extend lengths as the generation holds them)."""
     compute = importlib.import_module("sglang.srt.managers.schedule_batch").compute_extend_logprob_start_len
     return int(compute(
-        logprob_start_len=req.logprob_start_len, prefix_len=len(req.prefix_indices), extend_len=_extend_len(req),
+        logprob_start_len=req.logprob_start_len, prefix_len=prefix_len, extend_len=extend_len,
         full_untruncated_fill_len=len(req.full_untruncated_fill_ids),
     ))
 

@@ -22,7 +22,7 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
-from kvparity.engine.real.adapter import RealWorld
+from kvparity.engine.real.adapter import RealWorld, extend_logprob_start_len_of
 from kvparity.engine.real.versions import VersionEntry
 
 
@@ -48,7 +48,7 @@ def _prefix_now(req: Any) -> Any:
     if req.finished() and not req.kv.holds_kv:
         return RELEASED_PREFIX
     world = req._kvparity_world
-    return world.prefix_kv_indices(_PrefixSources(world), req)
+    return world.prefix_kv_indices(world.prefix_sources, req)
 
 
 def _fill_ids(req: Any) -> Any:
@@ -67,11 +67,7 @@ def _extend_len(req: Any) -> int:
 
 def _note_extend_logprob_start_len(req: Any) -> None:
     """Kept as of the match and the cut, as ``adapter`` does for 0.5.15+ (see there)."""
-    compute = importlib.import_module("sglang.srt.managers.schedule_batch").compute_extend_logprob_start_len
-    req._kvparity_extend_logprob_start_len = int(compute(
-        logprob_start_len=req.logprob_start_len, prefix_len=req.prefix_len, extend_len=_extend_len(req),
-        full_untruncated_fill_len=len(req.full_untruncated_fill_ids),
-    ))
+    req._kvparity_extend_logprob_start_len = extend_logprob_start_len_of(req, req.prefix_len, _extend_len(req))
 
 
 def _named_req_class(req_class: Any) -> Any:
@@ -97,6 +93,7 @@ class PrefixLenWorld(RealWorld):
                  **options: Any) -> None:
         super().__init__(entry, backend, geometry, cache_kind, device, **options)
         self.prefix_kv_indices = importlib.import_module("sglang.srt.mem_cache.allocation")._prefix_kv_indices
+        self.prefix_sources = _PrefixSources(self)
         self.common = importlib.import_module("sglang.srt.mem_cache.common")
         self.kernels = self._kernels_in_use()
 
@@ -127,10 +124,9 @@ class PrefixLenWorld(RealWorld):
 
     def _built_tree_core(self) -> str:
         """The core actually built (SGLang falls back to Python silently when Rust cannot load)."""
-        core = getattr(self.tree_cache, "tree_core", None)
-        if core is None:
-            return "n/a"
-        return "rust" if "rust" in type(core).__name__.lower() else "python"
+        from kvparity.engine.real.unified_tree import tree_core_kind
+
+        return tree_core_kind(self.tree_cache) if self.tree_class == "unified" else "n/a"
 
     # ------------------------------------------------------------------ the scheduler's hooks
 
@@ -183,12 +179,3 @@ class PrefixLenWorld(RealWorld):
             req.finished_reason = self.sg.schedule_batch.FINISH_LENGTH(length=len(req.output_ids))
             req.finished_len = len(req.output_ids)
         self.common.release_kv_cache(req, self.tree_cache, checkpoint=True)
-
-    def state(self) -> dict[str, Any]:
-        out = super().state()
-        if self.cache_kind == "chunk":
-            out.pop("evictable_size", None)
-            out.pop("protected_size", None)
-        return out
-
-

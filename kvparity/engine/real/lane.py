@@ -102,7 +102,7 @@ class RealLane:
             for label, source in zip(self.labels, self.sources)
         }
         # Each release on each backend as a server builds it; then, where a release has two radix-tree
-        # cores (0.5.22+: Rust, the server's, and Python), the same on the Python core.
+        # cores (0.5.21+: Rust, the server's, and Python), the same on the Python core.
         self.ids = tuple(
             WorldId(label, b, source.entry.family, source.entry.version)
             for label, source in zip(self.labels, self.sources) for b in self.backends
@@ -112,7 +112,7 @@ class RealLane:
             if tree_core_variants and len(source.entry.tree_cores) > 1
         )
         self.names = tuple(str(world) for world in self.ids)
-        self.kernels: dict[str, dict[str, str]] = {}  # world name -> which kernels it ran (0.5.22+ say)
+        self.kernels: dict[str, dict[str, str]] = {}  # world name -> which kernels it ran (0.5.22+ report them)
 
     def start(self) -> None:
         for worker in self.workers.values():

@@ -192,7 +192,7 @@ class SourceApi:
         for fact in facts:
             if fact.says is not None:
                 if self.says(fact.qualified, fact.says) != fact.present:
-                    out.append(f"{fact.describe().replace(' says ', ' does not say ', 1) if fact.present else fact.qualified + ' says ' + repr(fact.says)}")
+                    out.append(f"{fact.qualified} {'does not say' if fact.present else 'says'} {fact.says!r}")
                 continue
             present = self.has(fact.qualified)
             if present != fact.present:

@@ -1,4 +1,4 @@
-"""Snapshots of a real SGLang 0.5.22/0.5.23 ``UnifiedRadixCache`` tree, for either TreeCore.
+"""Snapshots of a real SGLang ``UnifiedRadixCache`` tree (0.5.19 on), for either TreeCore.
 
 Worker side only (SGLang is imported lazily). Scope: component FULL only, any page size, no
 HiCache/storage, no EAGLE bigram keys; anything else raises ``UnifiedTreeUnsupported``.
@@ -8,7 +8,6 @@ HiCache/storage, no EAGLE bigram keys; anything else raises ``UnifiedTreeUnsuppo
 - ``unified_tree_nodes(cache)``: ``(extra_key, full token path, node slots, FULL lock_ref)`` per
   non-root node, sorted as the adapter's ``tree_contents``; identical for identical trees on both
   cores.
-- ``unified_tree_sizes(cache)``: ``evictable_size``, ``protected_size``, ``total_size``.
 
 The Python core is walked directly (``root_node`` / ``children`` / ``key`` /
 ``component_data[FULL]``). The Rust core has no node objects, no ``root_node``/``node_by_id``
@@ -56,7 +55,7 @@ def _full() -> Any:
 def _core(cache: Any) -> Any:
     core = getattr(cache, "tree_core", None)
     if core is None:
-        raise UnifiedTreeUnsupported(f"{type(cache).__name__} has no tree_core: not a 0.5.22+ UnifiedRadixCache")
+        raise UnifiedTreeUnsupported(f"{type(cache).__name__} has no tree_core: not a UnifiedRadixCache (0.5.19+)")
     components = tuple(getattr(cache, "tree_components", ()) or ())
     if components != (_full(),):
         raise UnifiedTreeUnsupported(f"tree_components={components}: only (ComponentType.FULL,) is supported")
@@ -88,18 +87,6 @@ def unified_tree_nodes(cache: Any) -> list[NodeEntry]:
     kind = tree_core_kind(cache)
     entries = _python_nodes(cache.tree_core) if kind == "python" else _rust_nodes(cache.tree_core)
     return sorted(entries, key=lambda e: (e[0] is not None, e[0] or "", e[1], e[2], e[3]))
-
-
-def unified_tree_sizes(cache: Any) -> dict[str, int]:
-    """FULL evictable and protected token counts, and the FULL tokens held by the whole tree;
-    both cores expose all three (``total_size()`` returns ``(full, aux)``)."""
-    _core(cache)
-    full_total, _aux = cache.total_size()
-    return {
-        "evictable_size": int(cache.evictable_size()),
-        "protected_size": int(cache.protected_size()),
-        "total_size": int(full_total),
-    }
 
 
 # --------------------------------------------------------------------------- the Python core

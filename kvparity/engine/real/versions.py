@@ -285,14 +285,6 @@ def version_key(version: str) -> Version:
     return _pep440(version)
 
 
-def base_release(version: str) -> str:
-    """The public release part of a version: ``0.5.22.dev12+g1a2`` -> ``0.5.22.dev12``'s release
-    ``0.5.22``; ``0.5.3.post1+local`` -> ``0.5.3.post1``."""
-    v = version_key(version)
-    text = ".".join(map(str, v.release))
-    return f"{text}.post{v.post}" if v.post is not None else text
-
-
 def latest_release_at_or_below(version: str, releases: list[str]) -> str | None:
     """The newest of ``releases`` that is not newer than ``version`` (a setuptools-scm
     ``0.5.22.dev12`` is twelve commits after the 0.5.21 tag, so it is below 0.5.22), or None."""
