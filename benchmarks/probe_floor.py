@@ -39,14 +39,16 @@ def main() -> int:
 
     x = torch.empty(1, device="cuda")
     for grid in (1, 256, 2048, 8192):
-        print(f"empty kernel, {grid:>5} programs: {wk.median_device_us(lambda: empty[(grid,)](x), 200):6.2f} us")
+        us = wk.median_device_us(lambda grid=grid: empty[(grid,)](x), 200)
+        print(f"empty kernel, {grid:>5} programs: {us:6.2f} us")
     for p, e in ((0, 1), (128, 8)):
         b = wk.Batch(8192, p, e)
         starts = b.pointers_and_starts[8192:].contiguous()
         for reqs in (1, 4, 32):
-            us = wk.median_device_us(lambda: chain[(8192 // reqs,)](b.rows, starts, b.out, b.table, b.table.stride(0), reqs), 200)
+            us = wk.median_device_us(lambda b=b, starts=starts, reqs=reqs: chain[(8192 // reqs,)](
+                b.rows, starts, b.out, b.table, b.table.stride(0), reqs), 200)
             print(f"bs 8192, {p}+{e}: load-load-store chain, {reqs:>2} rows per program: {us:6.2f} us")
-        us = wk.median_device_us(lambda: launch_linear_write(
+        us = wk.median_device_us(lambda b=b: launch_linear_write(
             b.table, b.rows, b.pointers_and_starts, b.prefix_lens, b.seq_lens, b.out, b.longest), 200)
         print(f"bs 8192, {p}+{e}: linear kernel: {us:6.2f} us")
     return 0

@@ -38,9 +38,10 @@ def main() -> int:
         ratios: dict[bool, list] = {True: [], False: []}
         for bs, p, e, b in batches:
             grid = (triton.cdiv(bs, reqs), triton.cdiv(b.longest, chunk))
-            us = wk.median_device_us(lambda: kernel[grid](
-                b.table, b.rows, b.pointers_and_starts, b.prefix_lens, b.seq_lens, b.out, bs, b.longest, b.table.stride(0),
-                reqs, cols, chunk, num_warps=warps), 30)
+            us = wk.median_device_us(
+                lambda grid=grid, b=b, bs=bs, reqs=reqs, cols=cols, chunk=chunk, warps=warps: kernel[grid](
+                    b.table, b.rows, b.pointers_and_starts, b.prefix_lens, b.seq_lens, b.out, bs, b.longest,
+                    b.table.stride(0), reqs, cols, chunk, num_warps=warps), 30)
             ratio = us / wk.floor_us(wk.write_bytes(bs, p, e), bandwidth, launch)
             ratios[b.longest <= SHORT].append((ratio, bs, p, e))
         cells = [f"{w[0]:>6.2f} (bs {w[1]}, {w[2]}+{w[3]})" for w in (max(ratios[True]), max(ratios[False]))]

@@ -123,14 +123,13 @@ def copy_bandwidth(nbytes: int = 1 << 30) -> float:
 
     src = torch.empty(nbytes, dtype=torch.uint8, device="cuda")
     dst = torch.empty_like(src)
-    us = median_device_us(lambda: dst.copy_(src), 20)
+    us = median_device_us(lambda dst=dst, src=src: dst.copy_(src), 20)
     del src, dst
     return 2 * nbytes / (us * 1e-6)
 
 
 def empty_kernel_us() -> float:
     import triton
-    import triton.language as tl
 
     @triton.jit
     def empty(x):

@@ -15,7 +15,8 @@ Check it with ``kvparity check --target write_cache_indices --candidate examples
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 try:  # inside kvparity this fixes the Triton mode (interpreter on CPU) before triton is imported
     from kvparity.kernels import runtime  # noqa: F401

@@ -7,6 +7,6 @@ root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$root"
 bin="$root/.venv/bin"
 status=0
-"$bin/ruff" check kvparity mem_cache kernels legacy refactored tests scripts conftest.py || status=1
+"$bin/ruff" check kvparity mem_cache kernels legacy refactored tests scripts benchmarks examples conftest.py || status=1
 "$bin/mypy" || status=1
 exit "$status"

@@ -275,6 +275,7 @@ class _Search:
         self.calls_before_fault = 0
         self.best: tuple[KernelBatch, Fault] | None = None
         self.budget_spent = False
+        self.shrink_tried = 0
         self.progress: Any = None  # a harness_check.Progress: a line every 10 s in logs, a bar on a terminal
 
     def fault_of(self, batch: KernelBatch) -> Fault | None:
@@ -287,8 +288,12 @@ class _Search:
         if problems:
             raise AssertionError(f"kvparity generated a batch breaking SPEC 8 (a kvparity bug): {problems}")
         self.calls += 1
-        if self.progress is not None:
-            self.progress.step()
+        if self.progress is not None:  # the planned batches, then shrinking's own count (never past the plan)
+            if self.first_fault_at is None:
+                self.progress.step()
+            else:
+                self.shrink_tried += 1
+                self.progress.say(f"shrinking: {self.shrink_tried} smaller batches tried")
         if self.best is None:
             self.coverage.add(batch)
         if self.base_timeout is not None:  # a larger batch may take longer (call_allowance)
@@ -451,7 +456,7 @@ def check_candidate(
     search = _Search(target, spec, box, runtime.DEVICE, shrink_seconds)
     starts_before = box.starts
     stages = stages_for(examples, kernel_shape(profile))
-    from kvparity.run.sweep import Progress
+    from kvparity.report.progress import Progress
 
     search.progress = Progress(examples, unit="batches")
     try:

@@ -5,7 +5,12 @@ every scenario template, in every world this machine can run (or those ``--backe
 With ``--candidate SPEC``: the candidate function, in SGLang's own signature, against the
 legacy reference on inputs that satisfy SPEC section 8 (``kvparity.candidate.check``).
 
-Exit status: 0 parity, 1 a divergence, 2 a usage or loading error.
+Without a candidate, the first failing scenario is printed the moment it is found, with a command
+that replays it (``--replay FILE``); then it is shrunk within ``--shrink-budget`` seconds and
+printed again, shrunk.
+
+Exit status: 0 parity, 1 a divergence, 2 a usage or loading error (or an output file that could
+not be written after all: the verdict has been printed first).
 """
 
 from __future__ import annotations
@@ -14,14 +19,15 @@ import argparse
 import functools
 import json
 import os
+import shlex
 import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from kvparity.candidate.targets import CHECK_TARGETS, REGISTRY, WHOLE_PATH
-from kvparity.cli.paths import output_path_problem
-from kvparity.model.scenario import scenario_to_dict
+from kvparity.cli.paths import output_path_problem, positive_number_problem, write_problem
+from kvparity.model.scenario import scenario_from_dict, scenario_to_dict
 
 USAGE_ERROR = 2
 DEFAULT_EXAMPLES = 800  # scenarios, 80 per template
@@ -56,8 +62,17 @@ def add(commands: argparse._SubParsersAction, parser_class: type) -> None:
     sub.add_argument("--tree-class", choices=("unified", "radix"), default=None,
                      help="the radix cache real SGLang 0.5.19+ builds: unified (UnifiedRadixCache, what a server builds; "
                           "the default) or radix (RadixCache, which those releases still ship)")
+    sub.add_argument("--shrink-budget", type=float, default=None, metavar="S",
+                     help="seconds the first failure may be shrunk for (default 45: enough for every real-SGLang "
+                          "mutant of kvparity's zoo on 2 cores); when they run out, the smallest failing scenario "
+                          "found so far is reported, and says so")
+    sub.add_argument("--no-shrink", action="store_true", help="report the first failure as found, unshrunk")
+    sub.add_argument("--replay", metavar="FILE",
+                     help="play one scenario (JSON: as a run saves it, or the --json verdict of a run) in this run's "
+                          "worlds instead of a sweep; exit 0 when they agree, 1 when not")
     sub.add_argument("--json", metavar="PATH", help="write the verdict as JSON")
-    sub.add_argument("--repro", metavar="PATH", help="write a script that replays the counterexample")
+    sub.add_argument("--repro", metavar="PATH", help="write a script that replays the counterexample (shrunk, or as "
+                     "first found with --first)")
     sub.add_argument("--markdown", metavar="PATH",
                      help="write the verdict table, and the first difference if any, as Markdown (a CI job summary)")
     sub.set_defaults(func=run)
@@ -135,10 +150,34 @@ def _option_problem(args: argparse.Namespace) -> str | None:
         for option, value in (("--backend", args.backend), ("--jobs", args.jobs)):
             if value is not None:
                 return f"{option} does not apply to --candidate (the candidate runs as it is, in one sandbox)"
+    problem = positive_number_problem("--shrink-budget", args.shrink_budget)
+    if problem:
+        return problem
+    if args.no_shrink and args.shrink_budget is not None:
+        return "--no-shrink and --shrink-budget contradict each other: give one"
+    if args.candidate is not None and (args.no_shrink or args.shrink_budget is not None or args.replay):
+        return "--shrink-budget, --no-shrink and --replay are for scenario runs, not --candidate"
     for option in ("json", "repro", "markdown"):
         problem = output_path_problem(f"--{option}", getattr(args, option))
         if problem:
             return problem
+    return _replay_problem(args)
+
+
+def _replay_problem(args: argparse.Namespace) -> str | None:
+    """Read ``--replay FILE`` into ``args.replay_scenario``; why it cannot be read, if it cannot."""
+    args.replay_scenario = None
+    if args.replay is None:
+        return None
+    try:
+        data = json.loads(Path(args.replay).read_text())
+        if isinstance(data, dict) and "verdict" in data:  # a --json verdict: its counterexample
+            data = (data.get("counterexample") or {}).get("scenario")
+            if data is None:
+                return f"--replay {args.replay}: the verdict it holds has no counterexample"
+        args.replay_scenario = scenario_from_dict(data)
+    except (OSError, ValueError, TypeError) as exc:
+        return f"--replay {args.replay}: no scenario can be read from it ({exc})"
     return None
 
 
@@ -211,96 +250,216 @@ def _check_repository(
     default_examples: int = DEFAULT_EXAMPLES,
     lane_factory: Callable[[], Any] | None = None,
 ) -> int:
-    from kvparity.model.classes import REQUIRED
-    from kvparity.report.markdown import check_markdown
+    from kvparity.cli.watch import ConsoleEvents, ScenarioFiles
+    from kvparity.run.minimize import DEFAULT_BUDGET_S
     from kvparity.run.sweep import check_repository
 
     worlds = worlds or _worlds(args.backend)
+    if args.replay_scenario is not None:
+        return _replay(args, worlds, lane, real_reference)
     examples = args.examples or default_examples
-    print(f"kvparity check: {examples} scenarios ({max(1, examples // 10)} per template), {args.jobs} jobs")
-    verdict = check_repository(worlds, examples, args.seed, lane=lane, real_reference=real_reference,
-                               jobs=args.jobs, lane_factory=lane_factory)
+    print(f"kvparity check: {examples} scenarios ({max(1, examples // 10)} per template), {args.jobs} jobs", flush=True)
+    budget = None if args.no_shrink else (args.shrink_budget or DEFAULT_BUDGET_S)
+    files = ScenarioFiles()
+    events = ConsoleEvents(max(1, examples // 10) * 10, lambda path: replay_argv(args, path), budget, files)
+    try:
+        verdict = check_repository(worlds, examples, args.seed, lane=lane, real_reference=real_reference,
+                                   jobs=args.jobs, lane_factory=lane_factory, events=events, shrink_budget_s=budget)
+    finally:
+        events.close()
+    shrunk_command = None
+    if verdict.failure is not None:
+        shrunk_command = events.command_for("counterexample", verdict.failure.scenario)
+        verdict.counterexample = format_counterexample(verdict, shrunk_command)
+    _print_verdict(verdict)
+    first = verdict.first_failure
+    return _write_outputs(args, verdict, {
+        "first_divergence": None if first is None else {
+            "scenario": scenario_to_dict(first.scenario), "template": first.template,
+            "seconds": None if events.found_after_s is None else round(events.found_after_s, 1),
+            "report": format_failure(first.result)},
+        "shrinking": None if verdict.shrink is None else {
+            "tried": verdict.shrink.tried, "complete": verdict.shrink.complete,
+            "seconds": round(verdict.shrink.seconds, 1), "budget_s": budget},
+        "replay": shrunk_command,
+    })
+
+
+def format_failure(result: Any, replay: str | None = None) -> str:
+    from kvparity.report.failure import format_failure as report
+
+    return report(result, replay=replay)
+
+
+def format_counterexample(verdict: Any, replay: str) -> str:
+    """The shrunk counterexample's report, headed by how shrinking went."""
+    from kvparity.cli.watch import size
+
+    shrink, first = verdict.shrink, verdict.first_failure
+    if shrink is None:
+        head = "counterexample, not shrunk (--no-shrink):"
+    elif shrink.scenario == first.scenario:
+        head = (f"shrunk counterexample: none of {shrink.tried} smaller scenarios fails "
+                f"({shrink.seconds:.0f} s); it is the failure as found:")
+    elif shrink.complete:
+        head = (f"shrunk counterexample: {size(first.scenario)} down to {size(shrink.scenario)}; "
+                f"{shrink.tried} smaller scenarios tried in {shrink.seconds:.0f} s, and nothing one removal smaller fails:")
+    else:
+        head = (f"smallest counterexample found when the shrinking budget ran out ({shrink.seconds:.0f} s, "
+                f"{shrink.tried} smaller scenarios tried): {size(first.scenario)} down to {size(shrink.scenario)}; "
+                "it may not be minimal (--shrink-budget S gives it longer):")
+    return head + "\n" + format_failure(verdict.failure, replay=replay)
+
+
+def replay_argv(args: argparse.Namespace, path: Path) -> list[str]:
+    """The command line that replays the scenario in ``path`` in this run's worlds."""
+    argv = ["kvparity", "check"]
+    for option, value in (("--sglang", args.sglang), ("--against", args.against), ("--backend", args.backend),
+                          ("--tree-class", args.tree_class), ("--device", args.device)):
+        if value is not None:
+            argv += [option, value]
+    return argv + ["--replay", str(path)]
+
+
+def _replay(args: argparse.Namespace, worlds: tuple[tuple[str, str], ...], lane: object, real_reference: bool) -> int:
+    """``--replay FILE``: one scenario in this run's worlds, reported as a sweep reports a failure."""
+    from kvparity.report.failure import format_findings
+    from kvparity.run.runner import run_scenario
+
+    result = run_scenario(args.replay_scenario, worlds, lane=lane, real_reference=real_reference)
+    print(f"kvparity check: replayed {args.replay}: {result.stages} stages in {len(result.worlds)} worlds")
+    if result.findings:
+        print("known defects and release differences reached:\n" + format_findings(result))
+    if result.ok:
+        print("verdict: PARITY (all worlds agree and every oracle holds)")
+        return 0
+    print(format_failure(result, replay=shlex.join(replay_argv(args, Path(args.replay)))))
+    print("verdict: DIVERGENCE")
+    return 1
+
+
+def _print_verdict(verdict: Any) -> None:
+    from kvparity.judge.compare import KNOWN_VERSION_DIFFERENCES, RENUMBERED_BETWEEN_RELEASES
+    from kvparity.model.classes import REQUIRED
+
     names = verdict.worlds
     width = max(42, *(len(f"{names[0]} vs {n}") for n in names[1:]))
     print(f"{'world pair':<{width}} {'scenarios':>9}  verdict")
-    diverged = verdict.diverged
     for name in names[1:]:
         pair = f"{names[0]} vs {name}"
-        print(f"{pair:<{width}} {verdict.scenarios:>9}  {'DIVERGENCE' if name in diverged else 'parity'}")
+        print(f"{pair:<{width}} {verdict.scenarios:>9}  {'DIVERGENCE' if name in verdict.diverged else 'parity'}")
     for world, kernels in sorted(verdict.kernels.items()):
         print(f"kernels: {world}: allocation {kernels['alloc']}, req_to_token writes {kernels['write']}, "
               f"radix-tree core {kernels['tree_core']}")
-    print(f"scenario classes reached: {len(verdict.required_reached)}/{len(REQUIRED)}")
-    for missing in (c for c in REQUIRED if c not in verdict.classes):
-        print(f"  not reached: {missing}")
-    from kvparity.judge.compare import KNOWN_VERSION_DIFFERENCES, RENUMBERED_BETWEEN_RELEASES
-
+    reached = f"scenario classes reached: {len(verdict.required_reached)}/{len(REQUIRED)}"
+    if verdict.failure is not None:  # a run cut short at its first failure: what it missed says nothing
+        print(f"{reached} (the run stopped at its first divergence)")
+    else:
+        print(reached)
+        for missing in (c for c in REQUIRED if c not in verdict.classes):
+            print(f"  not reached: {missing}")
     for defect, count in sorted(verdict.findings.items()):
         between_releases = defect in KNOWN_VERSION_DIFFERENCES or defect == RENUMBERED_BETWEEN_RELEASES
         kind = "known difference between releases" if between_releases else "known defect reported"
         print(f"{kind}: {defect}, in {count} scenarios; not a divergence")
         if defect in verdict.finding_examples:
-            example = verdict.finding_examples[defect].replace("\n", "\n    ")
-            print(f"  first seen: {example}")
+            print("  " + first_seen(verdict.finding_examples[defect]).replace("\n", "\n    "))
     if verdict.counterexample:
         print("\n" + verdict.counterexample)
     rate = verdict.scenarios / verdict.seconds if verdict.seconds > 0 else 0.0
     for gpu, count in sorted(verdict.per_device.items()):
         print(f"GPU {gpu}: {count} scenarios")
     print(f"verdict: {verdict.verdict.upper()} ({verdict.scenarios} scenarios in {verdict.seconds:.0f} s, "
-          f"{rate:.1f} per second)")
-    _write_json(args.json, {
-        "target": args.target,
-        "verdict": verdict.verdict,
-        "worlds": list(names),
-        "scenarios": verdict.scenarios,
-        "classes_reached": verdict.required_reached,
-        "classes_required": len(REQUIRED),
-        "known_defects": {d: {"scenarios": n, "first_seen": verdict.finding_examples.get(d)}
-                          for d, n in sorted(verdict.findings.items())},
-        "counterexample": None if verdict.scenario is None else {
-            "scenario": scenario_to_dict(verdict.scenario), "report": verdict.counterexample},
-        "seconds": round(verdict.seconds, 1),
-        "scenarios_per_second": round(rate, 2),
-        "scenarios_per_gpu": dict(sorted(verdict.per_device.items())),
-        "kernels": dict(sorted(verdict.kernels.items())),
-    })
+          f"{rate:.1f} per second)", flush=True)
+
+
+def first_seen(example: Any) -> str:
+    """A known defect's first example: what was seen, and the scenario (shrunk when it could be)."""
+    from kvparity.cli.watch import size
+
+    shrunk = "" if example.original is None else f" (shrunk from {size(example.original)} to {size(example.scenario)})"
+    return f"first seen{shrunk}: {example.what}: {example.detail}\n{example.scenario.to_python()}"
+
+
+def _write_outputs(args: argparse.Namespace, verdict: Any, extra: dict) -> int:
+    """The verdict's files (--json, --repro, --markdown), once it has been printed. A file that
+    cannot be written after all is exit 2 with one sentence; the others are still written."""
+    from kvparity.model.classes import REQUIRED
+    from kvparity.report.markdown import check_markdown
+
+    rate = verdict.scenarios / verdict.seconds if verdict.seconds > 0 else 0.0
+    texts: dict[str, Callable[[], str]] = {}
+    if args.json:
+        texts["json"] = lambda: json.dumps({
+            "target": args.target,
+            "verdict": verdict.verdict,
+            "worlds": list(verdict.worlds),
+            "scenarios": verdict.scenarios,
+            "classes_reached": verdict.required_reached,
+            "classes_required": len(REQUIRED),
+            "known_defects": {d: {"scenarios": n, "first_seen": _first_seen_or_none(verdict, d)}
+                              for d, n in sorted(verdict.findings.items())},
+            "counterexample": None if verdict.scenario is None else {
+                "scenario": scenario_to_dict(verdict.scenario), "report": verdict.counterexample},
+            **extra,
+            "seconds": round(verdict.seconds, 1),
+            "scenarios_per_second": round(rate, 2),
+            "scenarios_per_gpu": dict(sorted(verdict.per_device.items())),
+            "kernels": dict(sorted(verdict.kernels.items())),
+        }, indent=2, sort_keys=True) + "\n"
     if args.repro and verdict.scenario is not None:
-        Path(args.repro).write_text(_repro_script(verdict.scenario))
-        print(f"wrote {args.repro}")
-    _write_markdown(args.markdown, lambda: check_markdown(verdict))
-    return 0 if verdict.verdict == "parity" else 1
+        texts["repro"] = lambda: _repro_script(args, verdict)
+    if args.markdown:
+        texts["markdown"] = lambda: check_markdown(verdict)
+    return _write_files(args, texts, 0 if verdict.verdict == "parity" else 1)
 
 
-def _write_json(path: str | None, payload: dict) -> None:
-    if path:
-        Path(path).write_text(json.dumps(payload, indent=2, sort_keys=True) + "\n")
+def _first_seen_or_none(verdict: Any, defect: str) -> str | None:
+    example = verdict.finding_examples.get(defect)
+    return None if example is None else first_seen(example)
+
+
+def _write_files(args: argparse.Namespace, texts: dict[str, Callable[[], str]], status: int) -> int:
+    for option, text in texts.items():
+        path = getattr(args, option)
+        try:
+            Path(path).write_text(text())
+        except OSError as exc:
+            print(f"kvparity check: {write_problem('--' + option, path, exc)}", file=sys.stderr)
+            status = USAGE_ERROR
+            continue
         print(f"wrote {path}")
+    return status
 
 
-def _write_markdown(path: str | None, text: Callable[[], str]) -> None:
-    if path:
-        Path(path).write_text(text())
-        print(f"wrote {path}")
+def _repro_script(args: argparse.Namespace, verdict: Any) -> str:
+    check = replay_argv(args, Path("SCENARIO"))[2:-2]  # the world options: what `kvparity check` plays in
+    first = verdict.first_failure.scenario if verdict.first_failure is not None else verdict.scenario
+    return f'''"""Replays a kvparity counterexample in the worlds of the run that found it (run from a kvparity
+checkout, or with kvparity installed): exit 1 and a report while the worlds disagree, 0 once they agree.
 
+    python {Path(args.repro).name}            the counterexample (shrunk)
+    python {Path(args.repro).name} --first    the failure as first found, before shrinking
+"""
 
-def _repro_script(scenario) -> str:
-    return f'''"""Replays a kvparity counterexample in every world (run from a kvparity checkout, or with
-kvparity installed): exit 1 and a report while the worlds disagree, 0 once they agree."""
-
+import json
 import sys
+import tempfile
 
-from kvparity.kernels import runtime  # noqa: F401  (fixes the Triton mode first)
-from kvparity.report.failure import format_failure
-from kvparity.run.runner import run_scenario
-from kvparity.model.scenario import Decode, Evict, Extend, RequestSpec, Retract, Scenario  # noqa: F401
-from kvparity.model.worlds import Geometry
+from kvparity.cli.main import main
+from kvparity.model.scenario import Decode, Evict, Extend, RequestSpec, Retract, Scenario, scenario_to_dict  # noqa: F401
+from kvparity.model.worlds import Geometry  # noqa: F401
 
-scenario = {scenario.to_python()}
+CHECK = {check!r}  # `kvparity check` options naming the worlds
 
-result = run_scenario(scenario)
-print("parity" if result.ok else format_failure(result))
-sys.exit(0 if result.ok else 1)
+scenario = {verdict.scenario.to_python()}
+
+first_found = {first.to_python()}
+
+chosen = first_found if "--first" in sys.argv[1:] else scenario
+with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as saved:
+    json.dump(scenario_to_dict(chosen), saved)
+sys.exit(main(["check", *CHECK, "--replay", saved.name]))
 '''
 
 
@@ -321,10 +480,12 @@ def _check_candidate(args: argparse.Namespace) -> int:
         print(f"kvparity check: {exc}", file=sys.stderr)
         return USAGE_ERROR
     print(result.report())
-    print(f"verdict: {result.verdict.upper()}")
-    _write_json(args.json, result.to_dict())
-    _write_markdown(args.markdown, lambda: candidate_markdown(result))
+    print(f"verdict: {result.verdict.upper()}", flush=True)
+    texts: dict[str, Callable[[], str]] = {}
+    if args.json:
+        texts["json"] = lambda: json.dumps(result.to_dict(), indent=2, sort_keys=True) + "\n"
+    if args.markdown:
+        texts["markdown"] = lambda: candidate_markdown(result)
     if args.repro and result.counterexample is not None:
-        Path(args.repro).write_text(result.repro_script())
-        print(f"wrote {args.repro}")
-    return 0 if result.verdict == "parity" else 1
+        texts["repro"] = result.repro_script
+    return _write_files(args, texts, 0 if result.verdict == "parity" else 1)

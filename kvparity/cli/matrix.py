@@ -127,8 +127,8 @@ def run(args: argparse.Namespace) -> int:
     from kvparity.engine.real.worker import WorkerStartError
     from kvparity.kernels import runtime  # noqa: F401  (the device and Triton's mode first)
     from kvparity.model import profiles
+    from kvparity.report.progress import Progress
     from kvparity.run.matrix import run_matrix
-    from kvparity.run.sweep import Progress
 
     profiles.load(PROFILE)
     backends = ("torch", "triton") if args.backend in (None, "all") else (args.backend,)

@@ -3,12 +3,15 @@ traceback after the whole run."""
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 
 def output_path_problem(option: str, path: str | None) -> str | None:
-    """Why ``path`` (given to ``option``) cannot be written, or None when it can (or is not given)."""
+    """Why ``path`` (given to ``option``) cannot be written, or None when it can (or is not given).
+
+    The file is really opened for writing (and removed again when the probe made it): permission
+    bits say nothing to root, and some folders (``/proc``, a read-only mount) refuse every new
+    file whatever they say."""
     if path is None:
         return None
     target = Path(path)
@@ -17,9 +20,20 @@ def output_path_problem(option: str, path: str | None) -> str | None:
     parent = target.parent if str(target.parent) else Path(".")
     if not parent.is_dir():
         return f"{option} {path}: the folder {str(parent)!r} does not exist"
-    if not os.access(parent, os.W_OK) or (target.exists() and not os.access(target, os.W_OK)):
-        return f"{option} {path}: cannot be written (permission denied)"
+    existed = target.exists()
+    try:
+        with open(target, "a"):  # appends nothing: an existing file keeps its contents
+            pass
+    except OSError as exc:
+        return f"{option} {path}: cannot be written ({exc.strerror or exc})"
+    if not existed:
+        target.unlink(missing_ok=True)
     return None
+
+
+def write_problem(option: str, path: str, exc: OSError) -> str:
+    """The one sentence for an output file that could not be written after all."""
+    return f"{option} {path}: could not be written ({exc.strerror or exc}); the verdict above stands"
 
 
 def positive_number_problem(option: str, value: float | None, *, upper: float | None = None) -> str | None:

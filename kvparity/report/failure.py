@@ -33,7 +33,8 @@ def first_difference_line(result: RunResult) -> str:
     return f"first difference: {result.first_difference.describe()} (reference {result.worlds[0]})"
 
 
-def format_failure(result: RunResult) -> str:
+def format_failure(result: RunResult, replay: str | None = None) -> str:
+    """The report; ``replay`` is the command that replays it (default: the modelled worlds' replay)."""
     parts = ["kvparity: the worlds disagree" if result.divergences else "kvparity: an oracle failed", ""]
     if result.first_difference is not None:
         parts.append(first_difference_line(result))
@@ -41,7 +42,8 @@ def format_failure(result: RunResult) -> str:
         parts += ["", difference_table(result.divergences)]
     if result.violations:
         parts += ["", "oracle violations:"] + [f"  {v}" for v in result.violations[:12]]
-    parts += ["", "scenario:", result.scenario.to_python(), "", replay_instructions(result)]
+    how = f"replay: {replay}" if replay is not None else replay_instructions(result)
+    parts += ["", "scenario:", result.scenario.to_python(), "", how]
     return "\n".join(parts)
 
 

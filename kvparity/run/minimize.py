@@ -1,18 +1,19 @@
-"""Make a failing scenario minimal after Hypothesis has shrunk it: remove requests, steps and
-tokens one at a time while the failure is kept, until nothing more can go. Hypothesis shrinks the
-draws, and a scenario drawn with 13 requests can keep 11 that play no part; this pass works on
-the scenario itself, so the report shows only what the failure needs.
+"""Shrink a failing scenario: remove requests, steps, names and tokens while the failure is kept,
+until nothing more can go or the time budget is spent. This is kvparity's only shrinker (the
+sweep stops Hypothesis at its first failure and reports it before shrinking): it works on the
+scenario itself, so every candidate is a valid scenario the report can print, and it cuts big
+first (delta debugging's halves before single removals), so a scenario drawn with 100 requests
+loses most of them in a few plays.
 
 ``fails(scenario) -> bool`` says whether a candidate still fails in the same way (the caller
-decides what "the same" is: a disagreement stays a disagreement). The pass is greedy and bounded
-by ``budget_s``; each candidate is a valid ``Scenario`` (invalid ones are skipped).
+decides what "the same" is: a disagreement stays a disagreement).
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 from kvparity.model.scenario import Decode, Evict, Extend, Retract, Scenario, Step
 
@@ -24,18 +25,93 @@ def failure_kind(result) -> str | None:
     return "oracle" if result.violations else None
 
 
-def minimize(scenario: Scenario, fails: Callable[[Scenario], bool], *, budget_s: float = 30.0) -> Scenario:
-    """The smallest scenario reachable from ``scenario`` by single removals that still fails."""
-    deadline = time.monotonic() + budget_s
-    improved = True
-    while improved and time.monotonic() < deadline:
-        improved = False
-        for candidate in smaller(scenario):
-            if time.monotonic() >= deadline:
+# Seconds a counterexample's shrinking may take by default (``kvparity check --shrink-budget``). Measured
+# on the real-SGLang mutants (scripts/bench_real_mutants.py, docs/perf/fast-answers.md): the slowest
+# reached its minimum in about 10 s on 2 cores, when only the worlds that failed are replayed.
+DEFAULT_BUDGET_S = 45.0
+
+
+@dataclass(frozen=True)
+class Shrunk:
+    """What shrinking made of a failing scenario."""
+
+    scenario: Scenario  # the smallest failing scenario found
+    tried: int  # smaller candidates played
+    complete: bool  # True: nothing one removal smaller fails; False: the budget ran out first
+    seconds: float
+
+
+Progress = Callable[[int, Scenario], None]  # (candidates tried so far, the smallest failing one)
+
+
+def minimize(scenario: Scenario, fails: Callable[[Scenario], bool], *, budget_s: float = DEFAULT_BUDGET_S,
+             progress: Progress | None = None) -> Shrunk:
+    """The smallest scenario reachable from ``scenario`` by removals that still fails, within
+    ``budget_s``. Candidates come biggest cut first (half the requests, half the steps, ... down
+    to one; then single names and tokens), each candidate is played once (a repeat is answered
+    from memory), and the first that fails is taken; when none does, the scenario is minimal."""
+    start = time.monotonic()
+    known: dict[Scenario, bool] = {}
+    tried = 0
+    while True:
+        for candidate in candidates(scenario):
+            if time.monotonic() - start >= budget_s:
+                return Shrunk(scenario, tried, False, time.monotonic() - start)
+            if candidate not in known:
+                known[candidate] = fails(candidate)
+                tried += 1
+                if progress is not None:
+                    progress(tried, candidate if known[candidate] else scenario)
+            if known[candidate]:
+                scenario = candidate
                 break
-            if fails(candidate):
-                scenario, improved = candidate, True
-                break
+        else:
+            return Shrunk(scenario, tried, True, time.monotonic() - start)
+
+
+def candidates(scenario: Scenario) -> Iterator[Scenario]:
+    """Smaller scenarios, big cuts first: runs of requests, then runs of steps (halves, quarters,
+    ... single ones), then single names in steps, then each request's tokens cut from either end
+    (half, a quarter, ... one token). The single removals are ``smaller``'s."""
+    yield from _chunk_cuts(scenario, [r.rid for r in scenario.requests], _without_requests)
+    yield from _chunk_cuts(scenario, list(range(len(scenario.steps))), _without_steps)
+    for index, step in enumerate(scenario.steps):
+        for names in _names_of(step):
+            for rid in names:
+                yield from _valid(lambda: _with_step(scenario, index, _without_name(step, rid)))  # noqa: B023
+    for i, request in enumerate(scenario.requests):
+        n = len(request.tokens)
+        for cut in _halvings(n - 1):
+            for tokens in (request.tokens[:-cut], request.tokens[cut:]):
+                yield from _valid(lambda: _with_request(scenario, i, replace(request, tokens=tokens)))  # noqa: B023
+
+
+def _halvings(n: int) -> list[int]:
+    """The sizes of the cuts to try, biggest first: n itself, then n//2, n//4, ..., 1."""
+    sizes: list[int] = []
+    size = n // 2 if n > 1 else n
+    while size >= 1:
+        sizes.append(size)
+        size //= 2
+    return ([n] if n >= 1 and n not in sizes else []) + sizes
+
+
+def _chunk_cuts(scenario: Scenario, items: list, remove: Callable[[Scenario, list], Scenario]) -> Iterator[Scenario]:
+    """``scenario`` without each run of ``items``: runs of half the items, a quarter, ... one."""
+    for size in _halvings(len(items)):
+        for start in range(0, len(items), size):
+            yield from _valid(lambda: remove(scenario, items[start : start + size]))  # noqa: B023
+
+
+def _without_requests(scenario: Scenario, rids: list[str]) -> Scenario:
+    for rid in rids:
+        scenario = without_request(scenario, rid)
+    return scenario
+
+
+def _without_steps(scenario: Scenario, indices: list[int]) -> Scenario:
+    for index in sorted(indices, reverse=True):  # the later first: earlier indices stay valid
+        scenario = without_step(scenario, index)
     return scenario
 
 

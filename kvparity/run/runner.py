@@ -146,6 +146,7 @@ def run_scenario(
     oracles: bool = True,
     lane: Any = None,
     real_reference: bool = False,
+    only: frozenset[str] | None = None,
 ) -> RunResult:
     """Play ``scenario`` in ``worlds`` until its end, the first divergence or violation, or a
     halt (an allocation failure ends a scenario: after it the versions differ by design).
@@ -154,7 +155,8 @@ def run_scenario(
     reference once the modelled worlds have played. With ``real_reference`` the lane's first world
     is the reference instead, and ``worlds`` (then usually just one) only decide where the
     scenario leaves the server's path: real SGLang is never compared after a prefill runs out of
-    memory (SPEC 6), where its kernels may even crash."""
+    memory (SPEC 6), where its kernels may even crash. ``only`` limits the lane's worlds to those
+    named (the reference always plays): a shrinker replays just the worlds that failed."""
     lockstep = Lockstep(scenario, worlds, oracles=oracles and not real_reference)
     for index, step in enumerate(scenario.steps):
         if lockstep.failed or lockstep.halted:
@@ -162,7 +164,7 @@ def run_scenario(
         lockstep.play(index, step)
     result = lockstep.result
     if lane is not None and (result.ok or real_reference):
-        compare_real(lockstep, lane, oracles=oracles, real_reference=real_reference)
+        compare_real(lockstep, lane, oracles=oracles, real_reference=real_reference, only=only)
     result.classes = classify(scenario, result.records)
     return result
 
@@ -172,12 +174,15 @@ def off_path_step(records: list[StageRecord]) -> int | None:
     return next((r.step for r in records if r.outcome != "ok"), None)
 
 
-def compare_real(lockstep: Lockstep, lane: Any, *, oracles: bool, real_reference: bool) -> None:
-    """Play the lane's real worlds up to the off-path step and compare them, stage by stage, with
-    the reference (the modelled reference, or the lane's first world)."""
+def compare_real(lockstep: Lockstep, lane: Any, *, oracles: bool, real_reference: bool,
+                 only: frozenset[str] | None = None) -> None:
+    """Play the lane's real worlds (those in ``only``, and the reference) up to the off-path step
+    and compare them, stage by stage, with the reference (the modelled reference, or the lane's
+    first world)."""
     result = lockstep.result
     stop = off_path_step(result.records)
-    played = lane.play(result.scenario, stop)
+    ids = [w for i, w in enumerate(lane.ids) if only is None or str(w) in only or (real_reference and i == 0)]
+    played = lane.play(result.scenario, stop, only=frozenset(str(w) for w in ids))
     result.kernels = {name: dict(k) for name, k in getattr(lane, "kernels", {}).items() if "n/a" not in k.get("alloc", "")}
     if real_reference:
         result.worlds = tuple(lane.names)
@@ -193,7 +198,7 @@ def compare_real(lockstep: Lockstep, lane: Any, *, oracles: bool, real_reference
         result.worlds = result.worlds + tuple(lane.names)
         ref_id = lockstep.ids[0]
         ref = [s for s in lockstep.reference_stages if s.record.step < (stop if stop is not None else 1 << 30)]
-    for world in lane.ids:
+    for world in ids:
         name, got = str(world), played[str(world)]
         if not isinstance(got, list):
             result.divergences.append(Difference(name, str(ref_id), "real SGLang failed", got.line()))

@@ -1,20 +1,22 @@
 """``kvparity check`` without a candidate: this repository's refactored path against the legacy
 reference, over every scenario template, in the worlds this machine can run.
 
-Scenarios are drawn per template (so every family of situations gets its share); the first
-failure is shrunk by Hypothesis and returned as a readable report.
+Scenarios are drawn per template (so every family of situations gets its share). The first
+failing scenario ends the sweep at once: it is handed to the caller as found (``SweepEvents.found``:
+the report comes first), every other task is cancelled, and then it is shrunk
+(``kvparity.run.minimize``) within a time budget, replaying only the worlds that failed. Hypothesis
+draws the scenarios but never shrinks them: the first failure leaves it as a ``FoundFailure``.
 """
 
 from __future__ import annotations
 
 import functools
 import os
-import sys
 import time
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from hypothesis import Verbosity, given, seed, settings
 
@@ -23,8 +25,76 @@ from kvparity.model.scenario import Scenario
 from kvparity.model.strategies import TEMPLATES, scenarios
 from kvparity.model.worlds import WorldId
 from kvparity.report.failure import format_failure
-from kvparity.run.minimize import failure_kind, minimize
+from kvparity.run.minimize import DEFAULT_BUDGET_S, Shrunk, failure_kind, minimize
 from kvparity.run.runner import RunResult, run_scenario
+
+# Seconds each known defect's first example may be shrunk for (in the job that first met it).
+FINDING_BUDGET_S = 4.0
+
+
+@dataclass(frozen=True)
+class FirstFailure:
+    """A sweep's first failing scenario, as found (before shrinking), and its template."""
+
+    scenario: Scenario
+    result: RunResult
+    template: str
+
+
+@dataclass(frozen=True)
+class FindingExample:
+    """The first scenario that reached a known defect, and what was seen there; shrunk when its
+    job had the time (``original`` is then the scenario as drawn)."""
+
+    scenario: Scenario
+    what: str
+    detail: str
+    world: str  # where it was seen
+    original: Scenario | None = None
+
+
+class SweepEvents(Protocol):
+    """What a sweep tells its caller while it runs (the command line prints it). In a parallel
+    run the jobs' events come back to the calling process, in the order they happened."""
+
+    def played(self) -> None:
+        """One planned scenario played."""
+
+    def found(self, first: FirstFailure) -> None:
+        """The first failure, before it is shrunk."""
+
+    def shrinking(self, tried: int, smallest: Scenario) -> None:
+        """Another smaller candidate played; ``smallest`` is the smallest failing one so far."""
+
+    def cancelled(self) -> bool:
+        """Whether this task should stop now (some other task failed)."""
+
+    def claim(self, defect: str) -> bool:
+        """Whether this process shrinks the first example of known defect ``defect`` (once per run)."""
+
+
+class QuietEvents:
+    """Events of a run nobody watches (tests, library calls): one process, nothing printed."""
+
+    def __init__(self) -> None:
+        self.claimed: set[str] = set()
+
+    def played(self) -> None:
+        pass
+
+    def found(self, first: FirstFailure) -> None:
+        pass
+
+    def shrinking(self, tried: int, smallest: Scenario) -> None:
+        pass
+
+    def cancelled(self) -> bool:
+        return False
+
+    def claim(self, defect: str) -> bool:
+        fresh = defect not in self.claimed
+        self.claimed.add(defect)
+        return fresh
 
 
 @dataclass
@@ -34,12 +104,13 @@ class HarnessVerdict:
     scenarios: int = 0
     classes: set[str] = field(default_factory=set)
     findings: Counter = field(default_factory=Counter)  # known defect -> scenarios reaching it
-    # known defect -> the first scenario that reached it (Python source) and what was seen there
-    finding_examples: dict[str, str] = field(default_factory=dict)
+    finding_examples: dict[str, FindingExample] = field(default_factory=dict)  # known defect -> its first example
     counterexample: str | None = None
     scenario: Scenario | None = None
     diverged: set[str] = field(default_factory=set)  # worlds that differed or broke an oracle
     failure: RunResult | None = None  # the shrunk counterexample's result (``counterexample`` is its report)
+    first_failure: FirstFailure | None = None  # the counterexample as found, before shrinking
+    shrink: Shrunk | None = None  # how shrinking went (None: not shrunk, --no-shrink)
     seconds: float = 0.0
     per_device: Counter = field(default_factory=Counter)  # GPU -> scenarios its jobs played (parallel runs)
     kernels: dict[str, dict[str, str]] = field(default_factory=dict)  # real world -> the kernels it ran (0.5.22+)
@@ -47,42 +118,6 @@ class HarnessVerdict:
     @property
     def required_reached(self) -> list[str]:
         return [c for c in REQUIRED if c in self.classes]
-
-
-class Progress:
-    """A progress bar on stderr once a run has taken a few seconds: redrawn in place on a
-    terminal, a plain line every ten seconds otherwise (logs stay readable)."""
-
-    def __init__(self, total: int, after_seconds: float = 2.0, unit: str = "scenarios") -> None:
-        self.total, self.after, self.start, self.shown = total, after_seconds, time.monotonic(), False
-        self.unit = unit
-        self.tty = sys.stderr.isatty()
-        self.last_line = 0.0
-        self.done = 0
-
-    def step(self) -> None:
-        """One more scenario played."""
-        self.done += 1
-        self.update(self.done)
-
-    def update(self, done: int) -> None:
-        elapsed = time.monotonic() - self.start
-        if elapsed < self.after:
-            return
-        if not self.tty:
-            if elapsed - self.last_line >= 10 or done == self.total:
-                self.last_line = elapsed
-                sys.stderr.write(f"kvparity: {done}/{self.total} {self.unit}, {elapsed:.0f} s\n")
-            return
-        width = 30
-        filled = min(width, width * done // max(self.total, 1))
-        sys.stderr.write(f"\r[{'#' * filled}{'.' * (width - filled)}] {done}/{self.total} {self.unit}, {elapsed:.0f} s")
-        sys.stderr.flush()
-        self.shown = True
-
-    def close(self) -> None:
-        if self.shown and self.tty:
-            sys.stderr.write("\n")
 
 
 def check_repository(
@@ -95,6 +130,9 @@ def check_repository(
     jobs: int = 1,
     lane_factory: Callable[[], Any] | None = None,
     shard_size: int | None = None,
+    events: SweepEvents | None = None,
+    shrink_budget_s: float | None = DEFAULT_BUDGET_S,
+    finding_budget_s: float = FINDING_BUDGET_S,
 ) -> HarnessVerdict:
     """Play about ``examples`` scenarios (split over the templates) in ``worlds``; the first world
     is the reference. ``random_seed`` None means derandomized (the same scenarios every run).
@@ -104,25 +142,27 @@ def check_repository(
     ``jobs`` > 1 shares the (template, shard) tasks out over that many worker processes (each with
     its own real-SGLang workers, from ``lane_factory``, and, on a GPU run, pinned to one visible
     GPU, round-robin). A template of more than ``shard_size`` scenarios is played as several
-    shards of its own seeds. The verdict, the scenario count and the counterexample are those of
-    ``jobs=1``: tasks are merged in their order, and those after the first failing one are
-    discarded, as a single process would never have played them."""
+    shards of its own seeds. A parity run plays, counts and reaches what ``jobs=1`` does (tasks
+    are merged in their order). A failure stops every job at once, so a parallel run reports the
+    first failure found, which may differ from run to run where several templates fail.
+
+    ``events`` hears of each scenario played, the failure as found, and shrinking's progress.
+    ``shrink_budget_s`` bounds shrinking (None: the failure is reported as found);
+    ``finding_budget_s`` bounds shrinking each known defect's first example (0: not shrunk)."""
     names = tuple(str(WorldId.modelled(v, b)) for v, b in worlds)
     real_names = tuple(lane.names) if lane is not None else ()
     if lane is not None:
         names = real_names if real_reference else names + real_names
     verdict = HarnessVerdict(names)
     per_template = max(1, examples // len(TEMPLATES))
-    progress = Progress(per_template * len(TEMPLATES))
+    events = events or QuietEvents()
     started = time.monotonic()
-    plan = TemplatePlan(worlds, per_template, random_seed, real_reference, shard_size or SHARD_SIZE)
-    try:
-        if jobs <= 1:
-            outcomes = play_templates(plan.tasks(), plan, lane, progress.step)
-        else:
-            outcomes = _play_in_jobs(jobs, plan, lane_factory, progress)
-    finally:
-        progress.close()
+    plan = TemplatePlan(worlds, per_template, random_seed, real_reference, shard_size or SHARD_SIZE,
+                        shrink_budget_s, finding_budget_s)
+    if jobs <= 1:
+        outcomes = play_templates(plan.tasks(), plan, lane, events)
+    else:
+        outcomes = _play_in_jobs(jobs, plan, lane_factory, events)
     _merge(verdict, outcomes)
     verdict.seconds = time.monotonic() - started
     return verdict
@@ -143,6 +183,8 @@ class TemplatePlan:
     random_seed: int | None
     real_reference: bool
     shard_size: int = SHARD_SIZE
+    shrink_budget_s: float | None = DEFAULT_BUDGET_S
+    finding_budget_s: float = FINDING_BUDGET_S
 
     def tasks(self) -> list[tuple[int, int]]:
         """(template index, shard) in the order one process plays them."""
@@ -167,33 +209,62 @@ class TemplateOutcome:
     scenarios: int = 0
     classes: set[str] = field(default_factory=set)
     findings: Counter = field(default_factory=Counter)
-    finding_examples: dict[str, str] = field(default_factory=dict)
+    finding_examples: dict[str, str] = field(default_factory=dict)  # kept by _play_template's play; unused
+    examples: dict[str, FindingExample] = field(default_factory=dict)  # known defect -> its first example here
     kernels: dict[str, dict[str, str]] = field(default_factory=dict)
-    failure: tuple[Scenario, RunResult] | None = None  # minimal, with its result
+    first_failure: FirstFailure | None = None  # as found
+    failure: tuple[Scenario, RunResult] | None = None  # shrunk, with its result
+    shrink: Shrunk | None = None
+    cancelled: bool = False  # stopped early: another task failed
     device: str = ""  # the GPU a parallel job played it on (CUDA_VISIBLE_DEVICES), else ""
 
 
-def play_templates(
-    tasks: list[tuple[int, int]], plan: TemplatePlan, lane: Any, tick: Callable[[], None]
-) -> list[TemplateOutcome]:
-    """Play the (template, shard) ``tasks`` in order, stopping after the first that fails."""
+class FoundFailure(BaseException):
+    """A failing scenario, raised through Hypothesis the moment it is played. A BaseException, so
+    Hypothesis neither shrinks it nor replays it: the sweep reports it, then shrinks it itself."""
+
+    def __init__(self, scenario: Scenario, result: RunResult) -> None:
+        super().__init__("a failing scenario")
+        self.scenario, self.result = scenario, result
+
+
+class Cancelled(BaseException):
+    """Raised through Hypothesis between two scenarios when another task has failed."""
+
+
+def play_templates(tasks: list[tuple[int, int]], plan: TemplatePlan, lane: Any, events: SweepEvents) -> list[TemplateOutcome]:
+    """Play the (template, shard) ``tasks`` in order, stopping at the first failure."""
     play_one = functools.partial(run_scenario, worlds=plan.worlds, lane=lane, real_reference=plan.real_reference)
+    tick = functools.partial(_tick, events)
     outcomes = []
     for index, shard in tasks:
         outcome = TemplateOutcome(index, shard)
-        failing: list[tuple[Scenario, RunResult]] = []
-        noting = _noting_kernels(play_one, outcome)
-        _play_template(TEMPLATES[index], noting, plan.examples(shard), plan.seed(index, shard), outcome, failing, tick)
-        if failing:
-            outcome.failure = _minimal(*_preferred(failing), play_one)
         outcomes.append(outcome)
-        if failing:
+        watch = _watching(play_one, outcome)
+        try:
+            _play_template(TEMPLATES[index], watch, plan.examples(shard), plan.seed(index, shard), outcome, [], tick)
+        except FoundFailure as found:
+            _count(outcome, found.scenario, found.result)
+            outcome.first_failure = FirstFailure(found.scenario, found.result, TEMPLATES[index].name)
+            events.found(outcome.first_failure)
+            outcome.failure, outcome.shrink = _shrunk(found.scenario, found.result, plan, lane, events)
             break
+        except Cancelled:
+            outcome.cancelled = True
+            break
+        _shrink_examples(outcome, plan, lane, events)
     return outcomes
 
 
-def _noting_kernels(play_one: Callable[[Scenario], RunResult], outcome: TemplateOutcome) -> Callable[[Scenario], RunResult]:
-    """``play_one``, keeping which kernels each real world ran. (A wrapper, not a line in
+def _tick(events: SweepEvents) -> None:
+    events.played()
+    if events.cancelled():
+        raise Cancelled
+
+
+def _watching(play_one: Callable[[Scenario], RunResult], outcome: TemplateOutcome) -> Callable[[Scenario], RunResult]:
+    """``play_one``, keeping which kernels each real world ran and each known defect's first
+    scenario, and raising ``FoundFailure`` on a failing scenario. (A wrapper, not lines in
     ``_play_template``'s ``play``: Hypothesis derives a derandomized run's draws from that
     function's source, so editing it would change every default run's scenarios.)"""
 
@@ -201,79 +272,195 @@ def _noting_kernels(play_one: Callable[[Scenario], RunResult], outcome: Template
         result = play_one(scenario)
         for world, kernels in result.kernels.items():
             outcome.kernels.setdefault(world, kernels)
+        for d in result.findings:
+            if d.known_defect and d.known_defect not in outcome.examples:
+                outcome.examples[d.known_defect] = FindingExample(scenario, d.what, d.detail, d.world)
+        if result.divergences or not result.ok:
+            raise FoundFailure(scenario, result)
         return result
 
     return play
 
 
+def _count(outcome: TemplateOutcome, scenario: Scenario, result: RunResult) -> None:
+    """The failing scenario's share of the counts (Hypothesis's play never returned to count it)."""
+    outcome.scenarios += 1
+    outcome.classes |= result.classes
+    outcome.findings.update({d.known_defect for d in result.findings})
+
+
+def involved_worlds(result: RunResult) -> frozenset[str]:
+    """The worlds a failure needs replayed: the reference and every world that differed from it
+    or broke an oracle."""
+    return frozenset({result.worlds[0]} | {d.world for d in result.divergences} | {v.world for v in result.violations})
+
+
+def _player(plan: TemplatePlan, lane: Any, only: frozenset[str]) -> Callable[[Scenario], RunResult]:
+    """``run_scenario`` in the plan's worlds, the real ones limited to ``only`` (the modelled ones
+    too, but for the reference and, when the lane is the reference, the one that bounds its path)."""
+    modelled = plan.worlds
+    if not plan.real_reference:
+        modelled = tuple(w for i, w in enumerate(plan.worlds) if i == 0 or str(WorldId.modelled(*w)) in only)
+    return functools.partial(run_scenario, worlds=modelled, lane=lane, real_reference=plan.real_reference, only=only)
+
+
+def _shrunk(scenario: Scenario, result: RunResult, plan: TemplatePlan, lane: Any,
+            events: SweepEvents) -> tuple[tuple[Scenario, RunResult], Shrunk | None]:
+    """The failure shrunk within the plan's budget, replaying only the worlds it involves; the
+    smallest is played once more in every world, for the report."""
+    if plan.shrink_budget_s is None:
+        return (scenario, result), None
+    kind = failure_kind(result)
+    replay = _player(plan, lane, involved_worlds(result))
+    shrunk = minimize(scenario, lambda c: failure_kind(replay(c)) == kind, budget_s=plan.shrink_budget_s,
+                      progress=events.shrinking)
+    if shrunk.scenario == scenario:
+        return (scenario, result), shrunk
+    final = run_scenario(shrunk.scenario, plan.worlds, lane=lane, real_reference=plan.real_reference)
+    return (shrunk.scenario, final), shrunk
+
+
+def _shrink_examples(outcome: TemplateOutcome, plan: TemplatePlan, lane: Any, events: SweepEvents) -> None:
+    """Each known defect's first example, shrunk to what still reaches the defect (once per run,
+    by the process that claims it first)."""
+    if plan.finding_budget_s <= 0:
+        return
+    for defect, example in list(outcome.examples.items()):
+        if not events.cancelled() and events.claim(defect):
+            outcome.examples[defect] = _shrunk_example(defect, example, plan, lane)
+
+
+def _shrunk_example(defect: str, example: FindingExample, plan: TemplatePlan, lane: Any) -> FindingExample:
+    """``example`` shrunk within the plan's budget, replaying the reference and the world it was seen in."""
+    replay = _player(plan, lane, frozenset({example.world}))
+    found: dict[Scenario, RunResult] = {}
+
+    def reaches(candidate: Scenario) -> bool:
+        found[candidate] = replay(candidate)
+        return any(d.known_defect == defect for d in found[candidate].findings)
+
+    shrunk = minimize(example.scenario, reaches, budget_s=plan.finding_budget_s)
+    if shrunk.scenario == example.scenario:
+        return example
+    seen = next(d for d in found[shrunk.scenario].findings if d.known_defect == defect)
+    return FindingExample(shrunk.scenario, seen.what, seen.detail, seen.world, example.scenario)
+
+
 def _merge(verdict: HarnessVerdict, outcomes: list[TemplateOutcome]) -> None:
-    for outcome in sorted(outcomes, key=lambda o: (o.index, o.shard)):
+    """Counts, classes and findings of every task played (a cancelled one's as far as it got), and
+    the failure of the first failing task in the plan's order."""
+    ordered = sorted(outcomes, key=lambda o: (o.index, o.shard))
+    for outcome in ordered:
         verdict.scenarios += outcome.scenarios
         if outcome.device:
             verdict.per_device[outcome.device] += outcome.scenarios
         verdict.classes |= outcome.classes
         verdict.findings.update(outcome.findings)
-        for defect, example in outcome.finding_examples.items():
-            verdict.finding_examples.setdefault(defect, example)
         for world, kernels in outcome.kernels.items():
             verdict.kernels.setdefault(world, kernels)
-        if outcome.failure is not None:
-            scenario, result = outcome.failure
-            verdict.verdict = "divergence"
-            verdict.scenario = scenario
-            verdict.counterexample = format_failure(result)
-            verdict.failure = result
-            verdict.diverged = {d.world for d in result.divergences} | {v.world for v in result.violations}
-            verdict.worlds = result.worlds
-            return  # a single process would have stopped here
+    for defect in verdict.findings:
+        examples = [o.examples[defect] for o in ordered if defect in o.examples]
+        shrunk = [e for e in examples if e.original is not None]
+        if examples:
+            verdict.finding_examples[defect] = (shrunk or examples)[0]
+    failing = next((o for o in ordered if o.failure is not None), None)
+    if failing is not None and failing.failure is not None:
+        scenario, result = failing.failure
+        verdict.verdict = "divergence"
+        verdict.scenario = scenario
+        verdict.counterexample = format_failure(result)
+        verdict.failure = result
+        verdict.first_failure = failing.first_failure
+        verdict.shrink = failing.shrink
+        verdict.diverged = {d.world for d in result.divergences} | {v.world for v in result.violations}
+        verdict.worlds = result.worlds
 
 
-def _play_in_jobs(jobs: int, plan: TemplatePlan, lane_factory: Callable[[], Any] | None, progress: Progress) -> list[TemplateOutcome]:
-    """One task per template, taken by ``jobs`` spawned processes as they come free (templates
-    differ in cost); progress ticks come back through a queue. Once a template fails, the tasks
-    after it that have not started are cancelled: the merge would discard them anyway."""
+def _play_in_jobs(jobs: int, plan: TemplatePlan, lane_factory: Callable[[], Any] | None,
+                  events: SweepEvents) -> list[TemplateOutcome]:
+    """The (template, shard) tasks, taken by ``jobs`` spawned processes as they come free
+    (templates differ in cost). The jobs' events come back through a queue and are handed to
+    ``events`` here, in order. A failure in any job stops them all: the others stop between two
+    scenarios, the tasks not started are cancelled."""
     import multiprocessing
     import threading
-    from concurrent.futures import ProcessPoolExecutor, as_completed
+    from concurrent.futures import Future, ProcessPoolExecutor, as_completed
 
     context = multiprocessing.get_context("spawn")  # no fork of a process holding torch's threads
     env = {k: v for k, v in os.environ.items() if k.startswith(("KVPARITY_", "HYPOTHESIS_", "TRITON_"))}
     with context.Manager() as manager:
-        ticks = manager.Queue()
+        messages = manager.Queue()
         gpus = manager.Queue()  # each job takes one: the visible GPUs round-robin
+        stop, claims = manager.Event(), manager.dict()
         visible = visible_gpus()
         for i in range(jobs):
             gpus.put(visible[i % len(visible)] if visible else "")
+        futures: dict[Future, tuple[int, int]] = {}
         done = threading.Event()
 
         def drain() -> None:
-            while not done.is_set() or not ticks.empty():
+            while not done.is_set() or not messages.empty():
                 try:
-                    ticks.get(timeout=0.2)
+                    message = messages.get(timeout=0.2)
                 except Exception:  # queue.Empty, or the manager going away at the end
                     continue
-                progress.step()
+                _hand_on(message, events, futures)
 
         reader = threading.Thread(target=drain, daemon=True)
         reader.start()
         outcomes: list[TemplateOutcome] = []
         with ProcessPoolExecutor(max_workers=jobs, mp_context=context, initializer=_job_init,
-                                 initargs=(env, lane_factory, ticks, gpus)) as pool:
+                                 initargs=(env, lane_factory, messages, gpus, stop, claims)) as pool:
             # Longest first, so that no long task starts last while the other jobs idle.
             by_cost = sorted(plan.tasks(), key=lambda task: -_COST_HINT.get(TEMPLATES[task[0]].name, _COST_DEFAULT))
-            futures = {pool.submit(_job_template, task, plan): task for task in by_cost}
-            for future in as_completed(futures):
-                if future.cancelled():
-                    continue  # after a failing task: the merge would discard it
-                outcome = future.result()
-                outcomes.append(outcome)
-                if outcome.failure is not None:
-                    for other, task in futures.items():
-                        if task > (outcome.index, outcome.shard):
-                            other.cancel()
+            futures.update({pool.submit(_job_template, task, plan): task for task in by_cost})
+            for future in as_completed(list(futures)):
+                if not future.cancelled():
+                    outcomes.append(future.result())
         done.set()
         reader.join()
     return outcomes
+
+
+def _hand_on(message: tuple, events: SweepEvents, futures: dict) -> None:
+    """One job's event, handed to the caller's ``events``; a failure cancels the tasks not started."""
+    kind, *payload = message
+    if kind == "played":
+        events.played()
+    elif kind == "found":
+        for future in list(futures):
+            future.cancel()  # a task already running stops at its next scenario (the stop event)
+        events.found(*payload)
+    elif kind == "shrinking":
+        events.shrinking(*payload)
+
+
+class _JobEvents:
+    """A job's events, sent to the calling process; ``stop`` is shared by every job of the run."""
+
+    def __init__(self, messages: Any, stop: Any, claims: Any) -> None:
+        self.messages, self.stop, self.claims = messages, stop, claims
+        self.finder = False  # this job found the failure: it is not cancelled while it shrinks it
+
+    def played(self) -> None:
+        self.messages.put(("played",))
+
+    def found(self, first: FirstFailure) -> None:
+        already = self.stop.is_set()
+        self.stop.set()
+        self.finder = not already
+        if self.finder:
+            self.messages.put(("found", first))
+
+    def shrinking(self, tried: int, smallest: Scenario) -> None:
+        if self.finder:
+            self.messages.put(("shrinking", tried, smallest))
+
+    def cancelled(self) -> bool:
+        return self.stop.is_set() and not self.finder
+
+    def claim(self, defect: str) -> bool:
+        return self.claims.setdefault(defect, os.getpid()) == os.getpid()
 
 
 # Seconds each template's 80 default scenarios took in one process (CPU, Triton's interpreter,
@@ -287,7 +474,7 @@ _COST_DEFAULT = 30.0  # a template not measured yet goes first
 
 
 # One process of a parallel run: its real-SGLang lane (made on first use, closed at exit) and the
-# queue its progress ticks go to.
+# events it sends back.
 _JOB: dict[str, Any] = {}
 
 
@@ -304,7 +491,8 @@ def visible_gpus() -> list[str]:
     return names or [str(i) for i in range(torch.cuda.device_count())]
 
 
-def _job_init(env: dict[str, str], lane_factory: Callable[[], Any] | None, ticks: Any, gpus: Any) -> None:
+def _job_init(env: dict[str, str], lane_factory: Callable[[], Any] | None, messages: Any, gpus: Any, stop: Any,
+              claims: Any) -> None:
     import atexit
 
     os.environ.update(env)
@@ -316,15 +504,16 @@ def _job_init(env: dict[str, str], lane_factory: Callable[[], Any] | None, ticks
     from kvparity.model import profiles
 
     profiles.load(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
-    _JOB.update(lane_factory=lane_factory, lane=None, ticks=ticks)
+    _JOB.update(lane_factory=lane_factory, lane=None, events=_JobEvents(messages, stop, claims))
     atexit.register(lambda: _JOB["lane"] is not None and _JOB["lane"].close())
 
 
 def _job_template(task: tuple[int, int], plan: TemplatePlan) -> TemplateOutcome:
+    if _JOB["events"].stop.is_set():  # another task failed while this one waited
+        return TemplateOutcome(*task, cancelled=True)
     if _JOB["lane"] is None and _JOB["lane_factory"] is not None:
         _JOB["lane"] = _JOB["lane_factory"]()
-    ticks = _JOB["ticks"]
-    outcome = play_templates([task], plan, _JOB["lane"], lambda: ticks.put(1))[0]
+    outcome = play_templates([task], plan, _JOB["lane"], _JOB["events"])[0]
     outcome.device = _JOB.get("device", "")
     return outcome
 
@@ -359,30 +548,9 @@ def _play_template(template, play_one, count, random_seed, verdict, failing, tic
             raise
 
 
-def _minimal(scenario: Scenario, result: RunResult, play_one) -> tuple[Scenario, RunResult]:
-    """Remove what plays no part (``kvparity.run.minimize``), keeping the kind of failure."""
-    kind = failure_kind(result)
-    results: dict[Scenario, RunResult] = {}
-
-    def fails(candidate: Scenario) -> bool:
-        results[candidate] = play_one(candidate)
-        return failure_kind(results[candidate]) == kind
-
-    smallest = minimize(scenario, fails)
-    return (scenario, result) if smallest == scenario else (smallest, results[smallest])
-
-
 class WorldsDisagree(AssertionError):
     """Some world differs from the reference (cells, fields, stages)."""
 
 
 class OracleFailed(AssertionError):
     """Every world agrees, but an oracle that does not trust the reference failed."""
-
-
-def _preferred(failing: list[tuple[Scenario, RunResult]]) -> tuple[Scenario, RunResult]:
-    """The counterexample to show. Hypothesis shrinks a disagreement and an oracle failure as two
-    bugs and replays each shrunk example last; a disagreement shows the differing cells, so it
-    wins. (Hypothesis replays the shrunk example of each bug after its search.)"""
-    disagreements = [f for f in failing if f[1].divergences]
-    return (disagreements or failing)[-1]

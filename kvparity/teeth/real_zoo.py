@@ -23,29 +23,47 @@ class RealMutant:
     path: str  # the file, relative to the folder holding the sglang package
     old: str
     new: str
+    # The reference a run checks the copy against (``kvparity check --sglang COPY --against``); None:
+    # the copy's own Rust radix-tree core (0.5.21+, ``check --sglang COPY`` alone).
+    against: str | None = None
 
 
 _P1 = "0.5.3.post1"
+_AGAINST = {"against": "0.5.3"}
 REAL_MUTANTS: tuple[RealMutant, ...] = (
     RealMutant("chunk-cache-int32-view", "0.5.3's int32 chunk-cache view put back into 0.5.3.post1 (what PR #11200 fixed)",
                _P1, "sglang/srt/mem_cache/chunk_cache.py",
-               "req.prefix_indices = kv_indices.to(dtype=torch.int64, copy=True)", "req.prefix_indices = kv_indices"),
+               "req.prefix_indices = kv_indices.to(dtype=torch.int64, copy=True)", "req.prefix_indices = kv_indices", **_AGAINST),
     RealMutant("write-offset-includes-own-request", "write_cache_indices' running offset includes its own request",
                _P1, "sglang/srt/managers/schedule_batch.py",
                "    for i in range(pid):\n        cumsum_start += tl.load(extend_lens + i)",
-               "    for i in range(pid + 1):\n        cumsum_start += tl.load(extend_lens + i)"),
+               "    for i in range(pid + 1):\n        cumsum_start += tl.load(extend_lens + i)", **_AGAINST),
     RealMutant("unfinished-keeps-last-matched", "cache_unfinished_req no longer sets last_matched_prefix_len",
                _P1, "sglang/srt/mem_cache/radix_cache.py",
-               "        req.last_matched_prefix_len = len(new_indices)\n", "\n"),
+               "        req.last_matched_prefix_len = len(new_indices)\n", "\n", **_AGAINST),
     RealMutant("alloc-extend-merges-only-when-short", "alloc_extend merges a pending sort only when short of pages",
                _P1, "sglang/srt/mem_cache/allocator.py",
                "if self.need_sort and extend_num_tokens // self.page_size + bs + 1 > len(",
-               "if self.need_sort and extend_num_tokens // self.page_size + bs * 0 - 1 > len("),
+               "if self.need_sort and extend_num_tokens // self.page_size + bs * 0 - 1 > len(", **_AGAINST),
     RealMutant("last-loc-first-element", "last_loc is taken from the prefix's first element, not its last",
                _P1, "sglang/srt/managers/schedule_batch.py",
-               "r.prefix_indices[-1:]\n", "r.prefix_indices[:1]\n"),
+               "r.prefix_indices[-1:]\n", "r.prefix_indices[:1]\n", **_AGAINST),
 )
-REAL_MUTANTS_BY_NAME = {m.name: m for m in REAL_MUTANTS}
+_MEM = "sglang/srt/mem_cache"
+# The 0.5.22+ generation (prefix_len): one checked against the release itself, one whose Python
+# radix-tree core is checked against the release's Rust core.
+REAL_MUTANTS_PREFIX_LEN: tuple[RealMutant, ...] = (
+    RealMutant("held-prefix-one-column-off", "a request that holds its row reads its prefix one column off",
+               "0.5.22", f"{_MEM}/allocation.py",
+               "return row[: req.prefix_len].to(torch.int64)", "return row[1 : req.prefix_len + 1].to(torch.int64)",
+               against="0.5.22"),
+    RealMutant("python-tree-locks-short", "the Python tree core's FULL lock stops below the root's child",
+               "0.5.22", f"{_MEM}/unified_cache/components/full.py",
+               "        delta = 0\n        while cur is not root:\n",
+               "        delta = 0\n        while cur is not root and cur.parent is not root:\n"),
+)
+ALL_REAL_MUTANTS = REAL_MUTANTS + REAL_MUTANTS_PREFIX_LEN
+REAL_MUTANTS_BY_NAME = {m.name: m for m in ALL_REAL_MUTANTS}
 
 
 def make_mutated_copy(source: SGLangSource, mutant: RealMutant, dest: str | Path) -> Path:

@@ -1,5 +1,6 @@
 """Reported counterexamples are minimal: no request, step, name or token can be removed with the
-failure kept (``kvparity.run.minimize``, applied after Hypothesis's shrinking)."""
+failure kept (``kvparity.run.minimize``, the sweep's only shrinker). Shrinking cuts big first and
+stops when its time budget is spent, saying so."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import torch
 from kvparity.model.scenario import Decode, Extend, RequestSpec, Retract, Scenario
 from kvparity.model.worlds import Geometry
 from kvparity.refactored import schedule_batch
-from kvparity.run.minimize import failure_kind, minimize, smaller
+from kvparity.run.minimize import candidates, failure_kind, minimize, smaller
 from kvparity.run.runner import run_scenario
 from kvparity.run.sweep import check_repository
 
@@ -23,9 +24,38 @@ def test_minimize_keeps_only_what_the_failure_needs():
         (RequestSpec("a", (1, 2, 3)), RequestSpec("b", (5, 7, 9)), RequestSpec("c", (4,), arrival=2)),
         (Extend(("a", "b")), Decode(finish=("a",)), Extend(("c",)), Retract("c")),
     )
-    smallest = minimize(scenario, lambda s: any(7 in r.tokens for r in s.requests))
-    assert smallest.requests == (RequestSpec("b", (7,)),)
-    assert len(smallest.steps) == 1
+    shrunk = minimize(scenario, lambda s: any(7 in r.tokens for r in s.requests))
+    assert shrunk.scenario.requests == (RequestSpec("b", (7,)),)
+    assert len(shrunk.scenario.steps) == 1 and shrunk.complete
+
+
+def test_big_cuts_come_first():
+    """64 requests of which one matters: halves, quarters, ... find it in a few dozen plays, not
+    the hundreds that single removals, restarted after each success, would take."""
+    requests = tuple(RequestSpec(f"r{i}", (i + 1,)) for i in range(64))
+    scenario = Scenario(Geometry(4, 16, 64), "radix", requests, (Extend(tuple(r.rid for r in requests)),))
+    shrunk = minimize(scenario, lambda s: any(r.rid == "r37" for r in s.requests))
+    assert [r.rid for r in shrunk.scenario.requests] == ["r37"] and shrunk.complete
+    assert shrunk.tried <= 40, shrunk.tried
+    first = next(candidates(scenario))
+    assert len(first.requests) == 32  # the first candidate drops half the requests
+
+
+def test_a_spent_budget_returns_the_smallest_so_far_and_says_so():
+    scenario = Scenario(Geometry(4, 16, 64), "radix", (RequestSpec("a", (1, 2)), RequestSpec("b", (3,))),
+                        (Extend(("a", "b")),))
+    shrunk = minimize(scenario, lambda s: True, budget_s=0.0)
+    assert shrunk.scenario == scenario and not shrunk.complete and shrunk.tried == 0
+
+
+def test_progress_hears_of_every_candidate_played():
+    scenario = Scenario(Geometry(4, 16, 64), "radix", (RequestSpec("a", (1,)), RequestSpec("b", (7,))),
+                        (Extend(("a", "b")),))
+    heard: list[tuple[int, int]] = []
+    shrunk = minimize(scenario, lambda s: any(7 in r.tokens for r in s.requests),
+                      progress=lambda tried, smallest: heard.append((tried, len(smallest.requests))))
+    assert [tried for tried, _ in heard] == list(range(1, shrunk.tried + 1))
+    assert heard[-1][1] == 1
 
 
 def test_removing_a_step_moves_later_arrivals_earlier():

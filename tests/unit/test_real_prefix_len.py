@@ -12,16 +12,24 @@ from kvparity.engine.real import install
 from kvparity.engine.real.lane import RealLane
 from kvparity.golden.scenarios import GOLDENS
 from kvparity.run.runner import run_scenario
+from kvparity.teeth.real_zoo import REAL_MUTANTS_BY_NAME
 
 from checkout_cases import _checkout, _edit, _release
 
 RELEASE = "0.5.22"
-MEM = "sglang/srt/mem_cache"
 
 
 def _play(golden: str, specs: list, backends: tuple[str, ...] = ("torch",)):
     with RealLane(specs, backends) as lane:
         return run_scenario(GOLDENS[golden], (("refactored", "torch"),), lane=lane, real_reference=True)
+
+
+def _mutated(name: str, tmp_path):
+    """A checkout-shaped copy of the release with the real zoo's edit ``name`` applied."""
+    mutant = REAL_MUTANTS_BY_NAME[name]
+    copy = _checkout(mutant.version, tmp_path)
+    _edit(copy / mutant.path, mutant.old, mutant.new)
+    return copy
 
 
 def test_the_release_against_itself_is_parity(tmp_path):
@@ -32,9 +40,7 @@ def test_the_release_against_itself_is_parity(tmp_path):
 
 def test_a_chunked_prefix_read_one_column_off_is_caught(tmp_path):
     # A request that holds its row reads its prefix from it (allocation._prefix_kv_indices).
-    copy = _checkout(RELEASE, tmp_path)
-    _edit(copy / MEM / "allocation.py", "return row[: req.prefix_len].to(torch.int64)",
-          "return row[1 : req.prefix_len + 1].to(torch.int64)")
+    copy = _mutated("held-prefix-one-column-off", tmp_path)
     result = _play("chunked-radix-cache", [install.resolve(str(_release(RELEASE))), str(copy)])
     assert result.divergences, "the broken copy gave parity"
     assert all(d.world.startswith(f"{tmp_path.name}@{RELEASE}/") for d in result.divergences)
@@ -43,10 +49,7 @@ def test_a_chunked_prefix_read_one_column_off_is_caught(tmp_path):
 def test_a_python_tree_core_that_locks_too_little_is_caught_against_the_rust_core(tmp_path):
     # The Python core's FULL component locks the path from the node up to the root; this copy
     # stops below the root's child. The Rust core (the reference world) is untouched.
-    copy = _checkout(RELEASE, tmp_path)
-    _edit(copy / MEM / "unified_cache/components/full.py",
-          "        delta = 0\n        while cur is not root:\n",
-          "        delta = 0\n        while cur is not root and cur.parent is not root:\n")
+    copy = _mutated("python-tree-locks-short", tmp_path)
     result = _play("running-prompt-matched", [str(copy)])
     assert result.divergences, "the Python core's broken lock gave parity with the Rust core"
     assert {d.world for d in result.divergences} == {f"{tmp_path.name}@{RELEASE}/torch+python-tree"}

@@ -129,11 +129,15 @@ class RealLane:
     def __exit__(self, *exc: Any) -> None:
         self.close()
 
-    def play(self, scenario: Scenario, stop_before: int | None = None) -> dict[str, list[Snapshot] | RealFailure]:
-        """Every real world's snapshots of ``scenario`` (steps before ``stop_before``), or how it failed."""
+    def play(self, scenario: Scenario, stop_before: int | None = None, *,
+             only: frozenset[str] | None = None) -> dict[str, list[Snapshot] | RealFailure]:
+        """Every real world's snapshots of ``scenario`` (steps before ``stop_before``), or how it
+        failed; ``only``: just the worlds of those names."""
         data = scenario_to_dict(scenario)
         out: dict[str, list[Snapshot] | RealFailure] = {}
         for world in self.ids:
+            if only is not None and str(world) not in only:
+                continue
             worker, name = self.workers[world.version], str(world)
             try:
                 reply = worker.call("play", backend=world.backend, scenario=data, stop_before=stop_before,

@@ -1,0 +1,180 @@
+"""A fast "no": the first failing scenario is handed over (and printed) the moment it is found,
+before it is shrunk; nothing more of the plan is played after it; shrinking is bounded and
+visible; progress never counts past its total; an output file that cannot be written is refused
+before the run, and one that fails after it costs exit 2, never the verdict."""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import re
+from pathlib import Path
+
+import pytest
+import torch
+
+from kvparity.cli.main import main
+from kvparity.golden.scenarios import GOLDENS
+from kvparity.model import profiles
+from kvparity.model.scenario import scenario_to_dict
+from kvparity.refactored import schedule_batch
+from kvparity.report.progress import Progress
+from kvparity.run.runner import run_scenario
+from kvparity.run.sweep import check_repository
+
+TORCH_WORLDS = (("legacy", "torch"), ("refactored", "torch"))
+
+
+@pytest.fixture(autouse=True)
+def keep_the_suites_profile():
+    """``kvparity check`` loads its own Hypothesis profile; give the suite's back afterwards."""
+    suite_profile = os.environ["HYPOTHESIS_PROFILE"]
+    yield
+    profiles.load(suite_profile)
+
+
+@pytest.fixture
+def planted(monkeypatch):
+    """The refactored last_loc from the second-to-last prefix element (in this process only)."""
+
+    def second_to_last(prefix_tensors, device):
+        minus_one = torch.tensor([-1], dtype=torch.int64, device=device)
+        return torch.cat([p[-2:-1].to(device) if len(p) > 1 else minus_one for p in prefix_tensors])
+
+    monkeypatch.setattr(schedule_batch, "last_loc_from_prefixes", second_to_last)
+    return monkeypatch
+
+
+class Recorder:
+    """SweepEvents that keep what they hear, in order."""
+
+    def __init__(self) -> None:
+        self.heard: list[tuple] = []
+
+    def played(self) -> None:
+        self.heard.append(("played",))
+
+    def found(self, first) -> None:
+        self.heard.append(("found", first))
+
+    def shrinking(self, tried, smallest) -> None:
+        self.heard.append(("shrinking", tried, smallest))
+
+    def cancelled(self) -> bool:
+        return False
+
+    def claim(self, defect: str) -> bool:
+        return True
+
+    def kinds(self) -> list[str]:
+        return [h[0] for h in self.heard]
+
+
+def test_the_failure_is_handed_over_as_found_then_shrunk(planted):
+    heard = Recorder()
+    verdict = check_repository(TORCH_WORLDS, 60, None, events=heard)
+    kinds = heard.kinds()
+    found = kinds.index("found")
+    assert "shrinking" not in kinds[:found] and "shrinking" in kinds[found:]
+    assert "played" not in kinds[found:]  # nothing more of the plan, and no replay by Hypothesis
+    first = heard.heard[found][1]
+    assert verdict.first_failure is not None and verdict.first_failure.scenario == first.scenario
+    assert not first.result.ok and not verdict.failure.ok
+    assert verdict.shrink is not None and verdict.shrink.complete
+    assert len(verdict.scenario.requests) <= len(first.scenario.requests)
+    assert verdict.scenarios == kinds.count("played") + 1  # the failing one is counted too
+
+
+def test_no_shrink_reports_the_failure_as_found(planted):
+    heard = Recorder()
+    verdict = check_repository(TORCH_WORLDS, 60, None, events=heard, shrink_budget_s=None)
+    assert verdict.verdict == "divergence" and verdict.shrink is None
+    assert verdict.scenario == verdict.first_failure.scenario
+    assert "shrinking" not in heard.kinds()
+
+
+def test_a_known_defects_first_example_is_shrunk_and_still_reaches_it():
+    profiles.load("ci")  # the default run's scenarios, which reach legacy's chunk-cache alias
+    verdict = check_repository(TORCH_WORLDS, 100, None)
+    assert verdict.finding_examples, "no known defect reached: pick a run that reaches one"
+    shrunk = {d: e for d, e in verdict.finding_examples.items() if e.original is not None}
+    assert shrunk, "no first example was shrunk"
+    for defect, example in shrunk.items():
+        assert len(example.scenario.requests) + len(example.scenario.steps) < \
+            len(example.original.requests) + len(example.original.steps)
+        assert defect in {d.known_defect for d in run_scenario(example.scenario, TORCH_WORLDS).findings}
+    unshrunk = check_repository(TORCH_WORLDS, 100, None, finding_budget_s=0)
+    assert all(e.original is None for e in unshrunk.finding_examples.values())
+
+
+def test_progress_never_counts_past_its_total():
+    out = io.StringIO()
+    progress = Progress(3, after_seconds=0, stream=out)
+    for _ in range(5):
+        progress.step()
+    progress.say("shrinking: 2 smaller scenarios tried, now 1 requests, 2 steps")
+    counts = [tuple(map(int, m)) for m in re.findall(r"(\d+)/(\d+) scenarios", out.getvalue())]
+    assert counts == [(3, 3)], out.getvalue()
+
+
+def test_check_prints_the_first_divergence_before_the_shrunk_one(planted, tmp_path, capsys):
+    out = tmp_path / "v.json"
+    status = main(["check", "--examples", "60", "--backend", "torch", "--jobs", "1", "--json", str(out)])
+    printed = capsys.readouterr().out
+    assert status == 1
+    first, shrunk, verdict = (printed.index(w) for w in ("first divergence found", "shrunk counterexample", "verdict:"))
+    assert first < shrunk < verdict
+    data = json.loads(out.read_text())
+    assert data["first_divergence"]["scenario"] and data["counterexample"]["scenario"]
+    assert data["shrinking"]["complete"] is True
+    replay = re.search(r"replay: (kvparity check .* --replay (\S+))", printed[first:shrunk])
+    assert replay and Path(replay.group(2)).exists()
+
+
+def test_replay_plays_a_saved_scenario_in_the_runs_worlds(planted, tmp_path, capsys):
+    verdict = tmp_path / "v.json"
+    assert main(["check", "--examples", "60", "--backend", "torch", "--jobs", "1", "--no-shrink",
+                 "--json", str(verdict)]) == 1
+    assert main(["check", "--backend", "torch", "--replay", str(verdict)]) == 1  # a --json verdict's counterexample
+    planted.undo()
+    assert main(["check", "--backend", "torch", "--replay", str(verdict)]) == 0
+    saved = tmp_path / "golden.json"
+    saved.write_text(json.dumps(scenario_to_dict(GOLDENS["chunked-radix-cache"])))
+    assert main(["check", "--backend", "torch", "--replay", str(saved)]) == 0
+    assert "verdict: PARITY" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("argv, words", [
+    (["--json", "/proc/kvparity-verdict.json"], "--json /proc/kvparity-verdict.json: cannot be written"),
+    (["--replay", "/nonexistent-kvparity/s.json"], "--replay /nonexistent-kvparity/s.json: no scenario"),
+    (["--no-shrink", "--shrink-budget", "5"], "contradict"),
+    (["--shrink-budget", "0"], "--shrink-budget must be greater than 0"),
+])
+def test_bad_outputs_and_shrink_options_are_refused_before_the_run(argv, words, capsys):
+    assert main(["check", *argv]) == 2
+    err = capsys.readouterr().err
+    assert words in err and "Traceback" not in err
+
+
+def test_a_probe_leaves_nothing_behind(tmp_path, capsys):
+    out = tmp_path / "verdict.json"
+    assert main(["check", "--examples", "1", "--backend", "torch", "--jobs", "1", "--json", str(out),
+                 "--markdown", str(tmp_path / "missing" / "v.md")]) == 2  # refused: a folder is missing
+    assert not out.exists()
+
+
+def test_a_file_that_fails_after_the_run_costs_exit_2_not_the_verdict(tmp_path, monkeypatch, capsys):
+    out = tmp_path / "verdict.json"
+    write_text = Path.write_text
+
+    def refuse(self, *args, **kwargs):
+        if self == out:
+            raise OSError(28, "No space left on device")
+        return write_text(self, *args, **kwargs)
+
+    monkeypatch.setattr(Path, "write_text", refuse)
+    assert main(["check", "--examples", "10", "--backend", "torch", "--jobs", "1", "--json", str(out)]) == 2
+    captured = capsys.readouterr()
+    assert "verdict: PARITY" in captured.out
+    assert "--json" in captured.err and "No space left on device" in captured.err and "Traceback" not in captured.err
