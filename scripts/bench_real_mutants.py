@@ -6,9 +6,11 @@ copies and the default ``kvparity check --sglang 0.5.3.post1 --against 0.5.3``.
 Per run it prints, in seconds from the command's start: the first scenario judged, the first
 divergence shown, the shrunk counterexample shown, the exit; and the shrunk scenario's size.
 ``--kvparity ROOT`` runs another checkout's kvparity (a worktree of an older commit: the "before"
-of a change); the copies are always made by this checkout's zoo.
+of a change); ``--before ROOT`` runs both, that one then this one, run by run, so that a machine
+whose speed drifts (a shared VM) slows both alike; the copies are always made by this checkout's zoo.
 
-    python scripts/bench_real_mutants.py [--examples 200] [--seed 0] [--only NAME ...] [--markdown OUT]
+    python scripts/bench_real_mutants.py [--before ROOT] [--examples 200] [--seed 0] [--only NAME ...]
+                                         [--markdown OUT]
 
 Times are read from the command's own output as it streams (the line that shows the first
 divergence, the one that shows the shrunk counterexample: on a kvparity that reports only at
@@ -176,15 +178,32 @@ def plan(examples: int, seed: int, copies: Path) -> list[tuple[str, str, list[st
     return runs
 
 
+def ratios(before: list[Run], after: list[Run]) -> str:
+    lines = ["| run | first scenario s, before -> after | first divergence shown s | shrunk shown s | exit s |",
+             "|---|---|---|---|---|"]
+    for b, a in zip(before, after):
+        cells = [f"{_cell(x)} -> {_cell(y)}" for x, y in ((b.first_scenario_s, a.first_scenario_s),
+                 (b.first_shown_s, a.first_shown_s), (b.shrunk_shown_s, a.shrunk_shown_s), (b.total_s, a.total_s))]
+        lines.append(f"| {a.name} | " + " | ".join(cells) + " |")
+    firsts = [(b.first_scenario_s, a.first_scenario_s) for b, a in zip(before, after)
+              if b.first_scenario_s and a.first_scenario_s]
+    if firsts:
+        mean = sum(y / x for x, y in firsts) / len(firsts)
+        lines.append(f"\nfirst scenario, after / before: mean {mean:.2f} over {len(firsts)} runs")
+    return "\n".join(lines)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--kvparity", type=Path, default=ROOT, help="the kvparity checkout to run (default this one)")
+    parser.add_argument("--before", type=Path, help="also run this checkout, before each run of --kvparity")
     parser.add_argument("--examples", type=int, default=200)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--only", nargs="*", help="run only these (names, or a prefix such as 'parity')")
-    parser.add_argument("--markdown", type=Path, help="also write the table here")
+    parser.add_argument("--markdown", type=Path, help="also write the tables here")
     args = parser.parse_args()
-    runs: list[Run] = []
+    roots = ([("before", args.before.resolve())] if args.before else []) + [("after", args.kvparity.resolve())]
+    runs: dict[str, list[Run]] = {label: [] for label, _ in roots}
     with tempfile.TemporaryDirectory(prefix="kvp-bench-copies-") as tmp:
         hook_dir = Path(tmp) / "hook"
         hook_dir.mkdir()
@@ -192,16 +211,21 @@ def main() -> int:
         for name, what, check_args in plan(args.examples, args.seed, Path(tmp) / "copies"):
             if args.only and not any(name.startswith(o) for o in args.only):
                 continue
-            run = play(name, what, check_args, args.kvparity.resolve(), hook_dir)
-            runs.append(run)
-            print(f"{name}: exit {run.exit_code}, first scenario {_cell(run.first_scenario_s)} s, first divergence "
-                  f"shown {_cell(run.first_shown_s)} s, shrunk shown {_cell(run.shrunk_shown_s)} s, exit "
-                  f"{run.total_s:.1f} s, shrunk {_sized(run.shrunk_size)}", flush=True)
-    print()
-    print(table(runs))
-    print(summary(runs))
+            for label, root in roots:
+                run = play(name, what, check_args, root, hook_dir)
+                runs[label].append(run)
+                print(f"{label}: {name}: exit {run.exit_code}, first scenario {_cell(run.first_scenario_s)} s, first "
+                      f"divergence shown {_cell(run.first_shown_s)} s, shrunk shown {_cell(run.shrunk_shown_s)} s, "
+                      f"exit {run.total_s:.1f} s, shrunk {_sized(run.shrunk_size)}", flush=True)
+    parts = []
+    for label, _ in roots:
+        parts += [f"### {label}", "", table(runs[label]), "", summary(runs[label]), ""]
+    if args.before:
+        parts += ["### before -> after", "", ratios(runs["before"], runs["after"]), ""]
+    text = "\n".join(parts)
+    print("\n" + text)
     if args.markdown:
-        args.markdown.write_text(table(runs) + "\n\n" + summary(runs) + "\n")
+        args.markdown.write_text(text)
     return 0
 
 

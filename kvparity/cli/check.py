@@ -16,12 +16,14 @@ not be written after all: the verdict has been printed first).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import functools
 import json
 import os
 import shlex
 import sys
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -95,6 +97,36 @@ def run(args: argparse.Namespace) -> int:
         print(f"kvparity check: --device {args.device}: the kernels were already loaded for another device",
               file=sys.stderr)
         return USAGE_ERROR
+    problem = _option_problem(args)
+    if problem:
+        print(f"kvparity check: {problem}", file=sys.stderr)
+        return USAGE_ERROR
+    if args.candidate is None and args.replay is None and (args.jobs or usable_cores()) > 1:
+        from kvparity.engine.processes import start_early
+
+        start_early(real_sglang=args.sglang is not None)  # the jobs' fork server imports while this process does
+    real: RealRun | None = None
+    if args.sglang is not None or args.against is not None:
+        found = _resolve_real(args)
+        if isinstance(found, int):
+            return found
+        real = found
+    # The real releases start importing now, in zygotes that every worker of the run is forked
+    # from, while this process imports the kernels and the jobs start (kvparity.engine.real.zygote).
+    with _zygotes(real):
+        return _run(args, real)
+
+
+def _zygotes(real: RealRun | None) -> Any:
+    if real is None:
+        return contextlib.nullcontext()
+    from kvparity.engine.real import PLAY_PLUGINS
+    from kvparity.engine.real.zygote import Zygotes
+
+    return Zygotes(real.specs, PLAY_PLUGINS)
+
+
+def _run(args: argparse.Namespace, real: RealRun | None) -> int:
     try:
         from kvparity.kernels import runtime
     except RuntimeError as exc:  # e.g. --device cuda without CUDA
@@ -108,16 +140,12 @@ def run(args: argparse.Namespace) -> int:
         where = "" if isinstance(exc, profiles.MaxExamplesError) else "--profile: "
         print(f"kvparity check: {where}{exc}", file=sys.stderr)
         return USAGE_ERROR
-    problem = _option_problem(args)
-    if problem:
-        print(f"kvparity check: {problem}", file=sys.stderr)
-        return USAGE_ERROR
     args.backend = args.backend or "all"
     args.jobs = args.jobs or usable_cores()
     print(f"kvparity check: target {args.target}; {runtime.describe()}; profile {args.profile}"
-          + (f", seed {args.seed}" if args.seed is not None else ", derandomized"))
-    if args.sglang is not None or args.against is not None:
-        return _check_real(args)
+          + (f", seed {args.seed}" if args.seed is not None else ", derandomized"), flush=True)
+    if real is not None:
+        return _check_real(args, real)
     if args.tree_class is not None:
         print("kvparity check: --tree-class chooses the radix cache of real SGLang: it needs --sglang", file=sys.stderr)
         return USAGE_ERROR
@@ -205,40 +233,63 @@ def _real_usage_problem(args: argparse.Namespace) -> str | None:
     return None
 
 
-def _check_real(args: argparse.Namespace) -> int:
-    """``--sglang A [--against B]``: real SGLang A against real B, or against kvparity's model."""
+@dataclass(frozen=True)
+class RealRun:
+    """The real SGLang a run checks: the sources, resolved (installed) before anything else."""
+
+    checked: Any  # install.SGLangSource
+    reference: Any  # the --against source, or None
+    tree_cores: bool  # no --against: the checked release's Python tree core against its Rust one
+
+    @property
+    def specs(self) -> list[Any]:
+        return [self.checked] if self.reference is None else [self.reference, self.checked]
+
+
+def _resolve_real(args: argparse.Namespace) -> RealRun | int:
+    """``--sglang A [--against B]`` resolved (installing a release on first use), or exit 2."""
     problem = _real_usage_problem(args)
     if problem:
         print(f"kvparity check: {problem}", file=sys.stderr)
         return USAGE_ERROR
     from kvparity.engine.real import RealSGLangError
     from kvparity.engine.real.install import resolve
-    from kvparity.engine.real.lane import RealLane
 
-    backends = ("torch", "triton") if args.backend == "all" else (args.backend,)
     try:
         checked = resolve(args.sglang)
         reference = resolve(args.against) if args.against is not None else None
-        # Without --against: a release kvparity models is checked against its model; a release with
-        # two radix-tree cores, its Python core against its Rust one (the server's, the reference).
-        tree_cores = reference is None and len(checked.entry.tree_cores) > 1
-        if reference is None and checked.version not in MODELLED and not tree_cores:
-            print(f"kvparity check: --sglang {args.sglang}: kvparity models only {', '.join(MODELLED)}; "
-                  f"give the reference with --against (e.g. --against 0.5.3.post1)", file=sys.stderr)
-            return USAGE_ERROR
-        specs = [checked] if reference is None else [reference, checked]
-        lane = RealLane(specs, backends, tree_class=args.tree_class)  # a worker starts on first use: in each job when jobs > 1
+    except RealSGLangError as exc:
+        print(f"kvparity check: {exc}", file=sys.stderr)
+        return USAGE_ERROR
+    # Without --against: a release kvparity models is checked against its model; a release with
+    # two radix-tree cores, its Python core against its Rust one (the server's, the reference).
+    tree_cores = reference is None and len(checked.entry.tree_cores) > 1
+    if reference is None and checked.version not in MODELLED and not tree_cores:
+        print(f"kvparity check: --sglang {args.sglang}: kvparity models only {', '.join(MODELLED)}; "
+              f"give the reference with --against (e.g. --against 0.5.3.post1)", file=sys.stderr)
+        return USAGE_ERROR
+    return RealRun(checked, reference, tree_cores)
+
+
+def _check_real(args: argparse.Namespace, real: RealRun) -> int:
+    """``--sglang A [--against B]``: real SGLang A against real B, or against kvparity's model."""
+    from kvparity.engine.real import RealSGLangError
+    from kvparity.engine.real.lane import RealLane
+
+    backends = ("torch", "triton") if args.backend == "all" else (args.backend,)
+    try:  # a worker starts on first use: in each job when jobs > 1
+        lane = RealLane(real.specs, backends, tree_class=args.tree_class)
     except RealSGLangError as exc:
         print(f"kvparity check: {exc}", file=sys.stderr)
         return USAGE_ERROR
     with lane:
-        if reference is None and not tree_cores:
-            worlds: tuple[tuple[str, str], ...] = ((MODELLED[checked.version], backends[0]),)
+        if real.reference is None and not real.tree_cores:
+            worlds: tuple[tuple[str, str], ...] = ((MODELLED[real.checked.version], backends[0]),)
         else:
             worlds = (("legacy", "torch"),)  # only decides where a scenario leaves the server's path
-        return _check_repository(args, worlds=worlds, lane=lane, real_reference=reference is not None or tree_cores,
+        return _check_repository(args, worlds=worlds, lane=lane, real_reference=real.reference is not None or real.tree_cores,
                                  default_examples=DEFAULT_REAL_EXAMPLES,
-                                 lane_factory=functools.partial(RealLane, specs, backends, tree_class=args.tree_class))
+                                 lane_factory=functools.partial(RealLane, real.specs, backends, tree_class=args.tree_class))
 
 
 def _check_repository(

@@ -20,6 +20,7 @@ from typing import Any, Protocol
 
 from hypothesis import Verbosity, given, seed, settings
 
+from kvparity.engine import processes
 from kvparity.model.classes import REQUIRED
 from kvparity.model.scenario import Scenario
 from kvparity.model.strategies import TEMPLATES, scenarios
@@ -382,11 +383,10 @@ def _play_in_jobs(jobs: int, plan: TemplatePlan, lane_factory: Callable[[], Any]
     (templates differ in cost). The jobs' events come back through a queue and are handed to
     ``events`` here, in order. A failure in any job stops them all: the others stop between two
     scenarios, the tasks not started are cancelled."""
-    import multiprocessing
     import threading
     from concurrent.futures import Future, ProcessPoolExecutor, as_completed
 
-    context = multiprocessing.get_context("spawn")  # no fork of a process holding torch's threads
+    context = processes.context()
     env = {k: v for k, v in os.environ.items() if k.startswith(("KVPARITY_", "HYPOTHESIS_", "TRITON_"))}
     with context.Manager() as manager:
         messages = manager.Queue()

@@ -51,7 +51,9 @@ def test_divergence_exits_1_with_a_shrunk_counterexample_and_a_repro(tmp_path, c
     verdict = json.loads(out.read_text())
     assert verdict["verdict"] == "divergence"
     assert verdict["counterexample"]["scenario"]["geometry"]["page_size"] > 1  # last_loc only matters paged
-    assert "run_scenario(scenario)" in repro.read_text()
+    script = repro.read_text()
+    compile(script, str(repro), "exec")
+    assert '"--replay"' in script and "first_found = Scenario(" in script and "CHECK = ['--backend', 'torch']" in script
 
 
 @pytest.mark.parametrize(

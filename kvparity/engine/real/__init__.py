@@ -11,7 +11,11 @@ worker only.
 - ``standins``: import-only stand-ins for modules on SGLang's import chain this path never uses
 - ``adapter``:  ``build_real_world(...)`` (worker side)
 - ``worker``:   the worker process and the parent's ``RealWorker``
+- ``zygote``:   one import per release per run: workers forked from a process that has imported it
 """
+
+# The plugin a scenario-playing worker loads (``kvparity.engine.real.play``).
+PLAY_PLUGINS = ("kvparity.engine.real.play",)
 
 
 class RealSGLangError(Exception):

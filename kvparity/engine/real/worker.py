@@ -111,6 +111,16 @@ class WorkerStartError(RealSGLangError):
 # --------------------------------------------------------------------------- parent side
 
 
+def worker_env(extra: dict[str, str]) -> dict[str, str]:
+    """A worker's environment: this one, ``extra``, kvparity on the path, crash dumps on."""
+    env = dict(os.environ)
+    env.update(extra)
+    env["PYTHONPATH"] = os.pathsep.join([REPO_ROOT] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p])
+    env["PYTHONFAULTHANDLER"] = "1"  # a segfault prints the Python stack into the stderr file
+    env["PYTHONUNBUFFERED"] = "1"
+    return env
+
+
 class RealWorker:
     """One worker process holding one real SGLang version.
 
@@ -180,22 +190,19 @@ class RealWorker:
         return cmd
 
     def _env(self) -> dict[str, str]:
-        env = dict(os.environ)
-        env.update(self.extra_env)
-        env["PYTHONPATH"] = os.pathsep.join([REPO_ROOT] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p])
-        env["PYTHONFAULTHANDLER"] = "1"  # a segfault prints the Python stack into the stderr file
-        env["PYTHONUNBUFFERED"] = "1"
-        return env
+        return worker_env(self.extra_env)
 
     def start(self) -> dict[str, Any]:
         """(Re)start the worker; returns its ``info`` (version, import time, stand-ins, ...)."""
         self.close()
         self.stderr_file = tempfile.TemporaryFile()
-        self.proc = subprocess.Popen(
-            self._command(), stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.stderr_file,
-            cwd=REPO_ROOT, env=self._env(),
-            start_new_session=True,  # its own process group: close() ends what it spawned, nothing else
-        )
+        self.proc = self._forked()
+        if self.proc is None:
+            self.proc = subprocess.Popen(
+                self._command(), stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.stderr_file,
+                cwd=REPO_ROOT, env=self._env(),
+                start_new_session=True,  # its own process group: close() ends what it spawned, nothing else
+            )
         assert self.proc.stdin is not None
         os.set_blocking(self.proc.stdin.fileno(), False)  # see _send
         self.pending = b""
@@ -215,12 +222,28 @@ class RealWorker:
         self.info["start_s"] = round(time.monotonic() - t0, 3)
         return self.info
 
+    def _forked(self) -> Any:
+        """This worker forked from the run's zygote of its source (``kvparity.engine.real.zygote``),
+        or None: there is none (or it cannot fork), and the worker is spawned."""
+        if self.bare or self.extra_env:
+            return None
+        from kvparity.engine.real import zygote
+
+        try:
+            path = zygote.socket_for(zygote.source_key(self.source, self.plugins), self.start_timeout)
+            assert self.stderr_file is not None
+            return zygote.ForkedProcess(path, self.stderr_file.fileno(), self.start_timeout)
+        except zygote.Unavailable:
+            return None
+
     def close(self) -> None:
         if self.proc is not None:
             try:
                 os.killpg(self.proc.pid, signal.SIGKILL)  # the group this RealWorker started
             except (ProcessLookupError, PermissionError):
                 pass
+            if hasattr(self.proc, "kill"):  # a forked worker not yet in a group of its own
+                self.proc.kill()
             self.proc.wait()
             for stream in (self.proc.stdin, self.proc.stdout):
                 if stream:
@@ -542,6 +565,24 @@ def _startup(args: argparse.Namespace, ctx: Context) -> None:
     )
 
 
+def _protocol_streams() -> tuple[Any, Any]:
+    """The protocol's private copies of fds 1 and 0; fd 1 then points at stderr and fd 0 at
+    /dev/null, so that nothing SGLang prints or reads can break the protocol."""
+    out = os.fdopen(os.dup(1), "w")
+    inp = os.fdopen(os.dup(0), "r")
+    os.dup2(2, 1)
+    sys.stdout = sys.stderr
+    devnull = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(devnull, 0)
+    os.close(devnull)
+    return out, inp
+
+
+def _send(out: Any, message: dict[str, Any]) -> None:
+    out.write(json.dumps(message) + "\n")
+    out.flush()
+
+
 def worker_main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m kvparity.engine.real.worker")
     parser.add_argument("--sglang", help="the folder holding the sglang package")
@@ -551,18 +592,7 @@ def worker_main(argv: list[str] | None = None) -> int:
     parser.add_argument("--bare", action="store_true", help="no SGLang (protocol tests)")
     args = parser.parse_args(argv)
 
-    out = os.fdopen(os.dup(1), "w")
-    inp = os.fdopen(os.dup(0), "r")
-    os.dup2(2, 1)  # whatever SGLang prints goes to stderr, never into the protocol
-    sys.stdout = sys.stderr
-    devnull = os.open(os.devnull, os.O_RDONLY)
-    os.dup2(devnull, 0)
-    os.close(devnull)
-
-    def send(message: dict[str, Any]) -> None:
-        out.write(json.dumps(message) + "\n")
-        out.flush()
-
+    out, inp = _protocol_streams()
     ctx = Context()
     try:
         if not args.bare and not args.sglang:
@@ -574,10 +604,39 @@ def worker_main(argv: list[str] | None = None) -> int:
             importlib.import_module(plugin)
     except BaseException as exc:  # noqa: BLE001 - reported to the parent, then exit
         traceback.print_exc()
-        send({"ready": False, "error": f"{type(exc).__name__}: {exc}"})
+        _send(out, {"ready": False, "error": f"{type(exc).__name__}: {exc}"})
         return 2
-    send({"ready": True, "info": plain(ctx.info)})
+    return _serve_calls(ctx, out, inp)
 
+
+def zygote_main(path: str, sglang: str, version: str, entry: str, plugins: tuple[str, ...]) -> int:
+    """A zygote (``kvparity.engine.real.zygote``): the worker's startup, then a worker forked for
+    each client of the socket ``path``, each serving calls as a spawned worker does. A startup
+    that fails is left to the spawned workers to report: the zygote only says it cannot serve."""
+    from kvparity.engine.real import zygote
+
+    ctx = Context()
+    try:
+        _startup(argparse.Namespace(bare=False, sglang=sglang, expect=version, entry=entry), ctx)
+        import importlib
+
+        for plugin in plugins:
+            importlib.import_module(plugin)
+    except BaseException as exc:  # noqa: BLE001 - said in the marker file
+        traceback.print_exc()
+        return zygote.refuse(path, f"{type(exc).__name__}: {exc}")
+    zygote_pid = os.getpid()
+
+    def serve_child() -> int:
+        ctx.info.update(pid=os.getpid(), forked_from=zygote_pid)
+        return _serve_calls(ctx, *_protocol_streams())
+
+    return zygote.serve_forks(path, serve_child)
+
+
+def _serve_calls(ctx: Context, out: Any, inp: Any) -> int:
+    """Say ready, then answer calls until stdin closes."""
+    _send(out, {"ready": True, "info": plain(ctx.info)})
     for line in inp:
         if not line.strip():
             continue
@@ -587,7 +646,7 @@ def worker_main(argv: list[str] | None = None) -> int:
         fn = REMOTE.get(method)
         if fn is None:
             known = f"no remote method {method!r} (have: {sorted(REMOTE)})"
-            send({"id": call_id, "ok": False, "error": {"type": "KeyError", "message": known}})
+            _send(out, {"id": call_id, "ok": False, "error": {"type": "KeyError", "message": known}})
             continue
         try:
             result = plain(fn(ctx, **message.get("kwargs", {})))
