@@ -217,6 +217,7 @@ class TemplateOutcome:
     failure: tuple[Scenario, RunResult] | None = None  # shrunk, with its result
     shrink: Shrunk | None = None
     cancelled: bool = False  # stopped early: another task failed
+    reported: bool = False  # its failure was the run's first, handed over as found (and shrunk)
     device: str = ""  # the GPU a parallel job played it on (CUDA_VISIBLE_DEVICES), else ""
 
 
@@ -248,7 +249,11 @@ def play_templates(tasks: list[tuple[int, int]], plan: TemplatePlan, lane: Any, 
             _count(outcome, found.scenario, found.result)
             outcome.first_failure = FirstFailure(found.scenario, found.result, TEMPLATES[index].name)
             events.found(outcome.first_failure)
-            outcome.failure, outcome.shrink = _shrunk(found.scenario, found.result, plan, lane, events)
+            outcome.reported = not events.cancelled()  # False: another job's failure came first
+            if outcome.reported:
+                outcome.failure, outcome.shrink = _shrunk(found.scenario, found.result, plan, lane, events)
+            else:
+                outcome.failure = (found.scenario, found.result)
             break
         except Cancelled:
             outcome.cancelled = True
@@ -290,17 +295,28 @@ def _count(outcome: TemplateOutcome, scenario: Scenario, result: RunResult) -> N
     outcome.findings.update({d.known_defect for d in result.findings})
 
 
-def involved_worlds(result: RunResult) -> frozenset[str]:
-    """The worlds a failure needs replayed: the reference and every world that differed from it
-    or broke an oracle."""
-    return frozenset({result.worlds[0]} | {d.world for d in result.divergences} | {v.world for v in result.violations})
+def replay_worlds(result: RunResult) -> frozenset[str] | None:
+    """The worlds a shrinker replays to keep a failure: the reference and one world that failed,
+    a torch one where there is one (several times cheaper than Triton's interpreter); None (every
+    world) when only the reference is named, as in a stage-count mismatch."""
+    reference = result.worlds[0]
+    failed = [w for w in result.worlds if w != reference and w in _failed_worlds(result)]
+    if not failed:
+        return frozenset({reference}) if not result.divergences else None
+    cheapest = min(failed, key=lambda w: not w.rpartition("/")[2].startswith("torch"))
+    return frozenset({reference, cheapest})
 
 
-def _player(plan: TemplatePlan, lane: Any, only: frozenset[str]) -> Callable[[Scenario], RunResult]:
+def _failed_worlds(result: RunResult) -> set[str]:
+    return {d.world for d in result.divergences} | {v.world for v in result.violations}
+
+
+def _player(plan: TemplatePlan, lane: Any, only: frozenset[str] | None) -> Callable[[Scenario], RunResult]:
     """``run_scenario`` in the plan's worlds, the real ones limited to ``only`` (the modelled ones
-    too, but for the reference and, when the lane is the reference, the one that bounds its path)."""
+    too, but for the reference and, when the lane is the reference, the one that bounds its path;
+    None: every world)."""
     modelled = plan.worlds
-    if not plan.real_reference:
+    if only is not None and not plan.real_reference:
         modelled = tuple(w for i, w in enumerate(plan.worlds) if i == 0 or str(WorldId.modelled(*w)) in only)
     return functools.partial(run_scenario, worlds=modelled, lane=lane, real_reference=plan.real_reference, only=only)
 
@@ -312,7 +328,7 @@ def _shrunk(scenario: Scenario, result: RunResult, plan: TemplatePlan, lane: Any
     if plan.shrink_budget_s is None:
         return (scenario, result), None
     kind = failure_kind(result)
-    replay = _player(plan, lane, involved_worlds(result))
+    replay = _player(plan, lane, replay_worlds(result))
     shrunk = minimize(scenario, lambda c: failure_kind(replay(c)) == kind, budget_s=plan.shrink_budget_s,
                       progress=events.shrinking)
     if shrunk.scenario == scenario:
@@ -349,7 +365,7 @@ def _shrunk_example(defect: str, example: FindingExample, plan: TemplatePlan, la
 
 def _merge(verdict: HarnessVerdict, outcomes: list[TemplateOutcome]) -> None:
     """Counts, classes and findings of every task played (a cancelled one's as far as it got), and
-    the failure of the first failing task in the plan's order."""
+    the failure handed over first (in one process, the first failing task in the plan's order)."""
     ordered = sorted(outcomes, key=lambda o: (o.index, o.shard))
     for outcome in ordered:
         verdict.scenarios += outcome.scenarios
@@ -364,7 +380,8 @@ def _merge(verdict: HarnessVerdict, outcomes: list[TemplateOutcome]) -> None:
         shrunk = [e for e in examples if e.original is not None]
         if examples:
             verdict.finding_examples[defect] = (shrunk or examples)[0]
-    failing = next((o for o in ordered if o.failure is not None), None)
+    failing = next((o for o in ordered if o.failure is not None and o.reported), None) \
+        or next((o for o in ordered if o.failure is not None), None)
     if failing is not None and failing.failure is not None:
         scenario, result = failing.failure
         verdict.verdict = "divergence"
@@ -373,7 +390,7 @@ def _merge(verdict: HarnessVerdict, outcomes: list[TemplateOutcome]) -> None:
         verdict.failure = result
         verdict.first_failure = failing.first_failure
         verdict.shrink = failing.shrink
-        verdict.diverged = {d.world for d in result.divergences} | {v.world for v in result.violations}
+        verdict.diverged = _failed_worlds(result)
         verdict.worlds = result.worlds
 
 

@@ -178,3 +178,16 @@ def test_a_file_that_fails_after_the_run_costs_exit_2_not_the_verdict(tmp_path, 
     captured = capsys.readouterr()
     assert "verdict: PARITY" in captured.out
     assert "--json" in captured.err and "No space left on device" in captured.err and "Traceback" not in captured.err
+
+
+def test_shrinking_replays_the_reference_and_one_failed_world_torch_first():
+    from kvparity.judge.compare import Difference
+    from kvparity.run.runner import RunResult
+    from kvparity.run.sweep import replay_worlds
+
+    worlds = ("sglang-0.5.3/torch", "copy@0.5.3.post1/triton", "copy@0.5.3.post1/torch")
+    result = RunResult(GOLDENS["chunked-radix-cache"], worlds)
+    result.divergences = [Difference(w, worlds[0], "cells", "") for w in worlds[1:]]
+    assert replay_worlds(result) == {"sglang-0.5.3/torch", "copy@0.5.3.post1/torch"}
+    result.divergences = [Difference(worlds[0], worlds[0], "stages", "the worlds ran different stages")]
+    assert replay_worlds(result) is None  # only the reference named: every world replays

@@ -1,0 +1,68 @@
+"""Warm workers (``kvparity/engine/real/zygote.py``): inside ``Zygotes``, a real-SGLang worker is
+forked from the release's zygote instead of importing SGLang again; it serves calls as a spawned
+worker does, its death still names its signal, and it comes back forked; a zygote that cannot
+serve leaves the worker to be spawned, as outside ``Zygotes``."""
+
+from __future__ import annotations
+
+import os
+import signal
+
+import pytest
+
+from kvparity.engine.real import PLAY_PLUGINS, RealSGLangError, install, zygote
+from kvparity.engine.real.lane import RealLane
+from kvparity.engine.real.worker import RealWorker, WorkerDied
+from kvparity.golden.scenarios import GOLDENS
+from kvparity.run.runner import run_scenario
+
+RELEASE = "0.5.3"
+
+
+@pytest.fixture(scope="module")
+def source():
+    try:
+        return install.resolve(RELEASE)
+    except RealSGLangError as exc:
+        pytest.skip(f"cannot get a real sglang {RELEASE}: {exc}")
+
+
+def test_a_worker_is_forked_from_the_zygote_and_comes_back_forked_after_a_crash(source):
+    with zygote.Zygotes([source], PLAY_PLUGINS), RealWorker(source, plugins=PLAY_PLUGINS) as worker:
+        info = worker.start()
+        assert info["forked_from"] != info["pid"] and info["version"] == RELEASE
+        assert worker.call("echo", a=1) == {"a": 1}
+        with pytest.raises(WorkerDied) as died:
+            worker.call("crash", how="signal", code=int(signal.SIGSEGV))
+        assert died.value.signal == signal.SIGSEGV and "SIGSEGV" in str(died.value)
+        assert worker.call("echo", b=2) == {"b": 2}  # restarted, forked again from the same zygote
+        assert worker.info["forked_from"] == info["forked_from"] and worker.starts == 2
+
+
+def test_without_zygotes_the_worker_is_spawned(source):
+    with RealWorker(source, plugins=PLAY_PLUGINS) as worker:
+        assert "forked_from" not in worker.start()
+
+
+def test_a_zygote_that_cannot_serve_leaves_the_worker_to_be_spawned(source, monkeypatch, tmp_path):
+    path = str(tmp_path / "z.sock")
+    zygote.refuse(path, "a reason")
+    monkeypatch.setenv(zygote.ENV, f'{{"{zygote.source_key(source, PLAY_PLUGINS)}": "{path}"}}'.replace("\\", "\\\\"))
+    with RealWorker(source, plugins=PLAY_PLUGINS) as worker:
+        assert "forked_from" not in worker.start()
+
+
+def test_forked_worlds_play_a_golden_as_spawned_ones_do(source):
+    scenario = GOLDENS["chunked-radix-cache"]
+    with RealLane([RELEASE], ("torch",)) as lane:
+        spawned = run_scenario(scenario, (("legacy", "torch"),), lane=lane)
+    with zygote.Zygotes([source], PLAY_PLUGINS), RealLane([RELEASE], ("torch",)) as lane:
+        forked = run_scenario(scenario, (("legacy", "torch"),), lane=lane)
+        assert lane.workers[lane.labels[0]].info["forked_from"] != os.getpid()
+    assert spawned.ok and forked.ok and spawned.stages == forked.stages
+
+
+def test_only_the_named_real_worlds_play(source):
+    with RealLane([RELEASE], ("torch", "triton")) as lane:
+        played = lane.play(GOLDENS["chunked-radix-cache"], only=frozenset({f"sglang-{RELEASE}/torch"}))
+    assert list(played) == [f"sglang-{RELEASE}/torch"]
