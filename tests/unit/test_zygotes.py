@@ -5,6 +5,7 @@ serve leaves the worker to be spawned, as outside ``Zygotes``."""
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 
@@ -47,7 +48,9 @@ def test_without_zygotes_the_worker_is_spawned(source):
 def test_a_zygote_that_cannot_serve_leaves_the_worker_to_be_spawned(source, monkeypatch, tmp_path):
     path = str(tmp_path / "z.sock")
     zygote.refuse(path, "a reason")
-    monkeypatch.setenv(zygote.ENV, f'{{"{zygote.source_key(source, PLAY_PLUGINS)}": "{path}"}}'.replace("\\", "\\\\"))
+    monkeypatch.setenv(zygote.ENV, json.dumps({zygote.source_key(source, PLAY_PLUGINS): path}))
+    with pytest.raises(zygote.Unavailable, match="a reason"):  # said at once, not after a wait
+        zygote.socket_for(zygote.source_key(source, PLAY_PLUGINS), timeout=0.5)
     with RealWorker(source, plugins=PLAY_PLUGINS) as worker:
         assert "forked_from" not in worker.start()
 
