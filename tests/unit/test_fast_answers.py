@@ -108,14 +108,20 @@ def test_a_known_defects_first_example_is_shrunk_and_still_reaches_it():
     assert all(e.original is None for e in unshrunk.finding_examples.values())
 
 
+class Terminal(io.StringIO):
+    def isatty(self) -> bool:  # a bar redrawn at every step
+        return True
+
+
 def test_progress_never_counts_past_its_total():
-    out = io.StringIO()
+    out = Terminal()
     progress = Progress(3, after_seconds=0, stream=out)
     for _ in range(5):
         progress.step()
     progress.say("shrinking: 2 smaller scenarios tried, now 1 requests, 2 steps")
     counts = [tuple(map(int, m)) for m in re.findall(r"(\d+)/(\d+) scenarios", out.getvalue())]
-    assert counts == [(3, 3)], out.getvalue()
+    assert counts == [(1, 3), (2, 3), (3, 3), (3, 3), (3, 3)], out.getvalue()
+    assert out.getvalue().endswith("shrinking: 2 smaller scenarios tried, now 1 requests, 2 steps, 0 s")
 
 
 def test_check_prints_the_first_divergence_before_the_shrunk_one(planted, tmp_path, capsys):
