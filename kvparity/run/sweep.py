@@ -296,11 +296,14 @@ def _count(outcome: TemplateOutcome, scenario: Scenario, result: RunResult) -> N
 
 
 def replay_worlds(result: RunResult) -> frozenset[str] | None:
-    """The worlds a shrinker replays to keep a failure: the reference and one world that failed,
-    a torch one where there is one (several times cheaper than Triton's interpreter); None (every
+    """The worlds a shrinker replays to keep a failure: the reference and one world that failed in
+    the same way, a torch one where there is one (several times cheaper than Triton's interpreter); None (every
     world) when only the reference is named, as in a stage-count mismatch."""
     reference = result.worlds[0]
-    failed = [w for w in result.worlds if w != reference and w in _failed_worlds(result)]
+    # A world that fails in the same way: a disagreement is kept by a world that disagreed (one
+    # that only broke an oracle would turn it into an oracle failure).
+    same_way = {d.world for d in result.divergences} if result.divergences else _failed_worlds(result)
+    failed = [w for w in result.worlds if w != reference and w in same_way]
     if not failed:
         return frozenset({reference}) if not result.divergences else None
     cheapest = min(failed, key=lambda w: not w.rpartition("/")[2].startswith("torch"))

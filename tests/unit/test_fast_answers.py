@@ -197,3 +197,17 @@ def test_shrinking_replays_the_reference_and_one_failed_world_torch_first():
     assert replay_worlds(result) == {"sglang-0.5.3/torch", "copy@0.5.3.post1/torch"}
     result.divergences = [Difference(worlds[0], worlds[0], "stages", "the worlds ran different stages")]
     assert replay_worlds(result) is None  # only the reference named: every world replays
+
+
+def test_a_disagreement_is_replayed_in_a_world_that_disagreed():
+    """A torch world that only broke an oracle would turn the disagreement into an oracle failure."""
+    from kvparity.judge.compare import Difference
+    from kvparity.judge.oracles import Violation
+    from kvparity.run.runner import RunResult
+    from kvparity.run.sweep import replay_worlds
+
+    worlds = ("sglang-0.5.3/torch", "copy@0.5.3.post1/triton", "copy@0.5.3.post1/torch")
+    result = RunResult(GOLDENS["chunked-radix-cache"], worlds)
+    result.divergences = [Difference(worlds[1], worlds[0], "cells", "")]
+    result.violations = [Violation(worlds[2], "step 1 extend: prefix_indices has dtype torch.int32")]
+    assert replay_worlds(result) == {"sglang-0.5.3/torch", "copy@0.5.3.post1/triton"}
