@@ -17,7 +17,7 @@ from typing import TextIO
 from kvparity.model.scenario import Scenario, scenario_to_dict
 from kvparity.report.failure import format_failure
 from kvparity.report.progress import Progress
-from kvparity.run.sweep import FirstFailure
+from kvparity.run.events import FirstFailure
 
 
 def size(scenario: Scenario) -> str:

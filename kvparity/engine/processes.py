@@ -54,3 +54,20 @@ def start_early(*, real_sglang: bool = False) -> None:
             _preload[len(PRELOAD):] = SGLANG_PRELOAD
         context()
         forkserver.ensure_running()
+
+
+PASSED_ENV = ("KVPARITY_", "HYPOTHESIS_", "TRITON_")  # the caller's variables a helper process takes
+
+
+def passed_env() -> dict[str, str]:
+    """This process's variables a helper process must see as they are now."""
+    return {k: v for k, v in os.environ.items() if k.startswith(PASSED_ENV)}
+
+
+def adopt_env(env: dict[str, str]) -> None:
+    """In a helper process: take the caller's variables (``passed_env``), exactly. A process forked
+    from a fork server started earlier would otherwise keep what the environment held then (a
+    variable set for one run and removed since)."""
+    for stale in [k for k in os.environ if k.startswith(PASSED_ENV) and k not in env]:
+        del os.environ[stale]
+    os.environ.update(env)

@@ -4,98 +4,35 @@ reference, over every scenario template, in the worlds this machine can run.
 Scenarios are drawn per template (so every family of situations gets its share). The first
 failing scenario ends the sweep at once: it is handed to the caller as found (``SweepEvents.found``:
 the report comes first), every other task is cancelled, and then it is shrunk
-(``kvparity.run.minimize``) within a time budget, replaying only the worlds that failed. Hypothesis
+(``kvparity.run.shrink``) within a time budget, replaying only a world that failed. Hypothesis
 draws the scenarios but never shrinks them: the first failure leaves it as a ``FoundFailure``.
+
+What is played is the plan (``kvparity.run.plan``); what the caller hears, the events
+(``kvparity.run.events``); a parallel run, the jobs (``kvparity.run.jobs``).
 """
 
 from __future__ import annotations
 
 import functools
-import os
 import time
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any
 
 from hypothesis import Verbosity, given, seed, settings
 
-from kvparity.engine import processes
 from kvparity.model.classes import REQUIRED
 from kvparity.model.scenario import Scenario
 from kvparity.model.strategies import TEMPLATES, scenarios
 from kvparity.model.worlds import WorldId
 from kvparity.report.failure import format_failure
-from kvparity.run.minimize import DEFAULT_BUDGET_S, Shrunk, failure_kind, minimize
+from kvparity.run.events import FindingExample, FirstFailure, QuietEvents, SweepEvents
+from kvparity.run.jobs import play_in_jobs
+from kvparity.run.minimize import DEFAULT_BUDGET_S, Shrunk
+from kvparity.run.plan import FINDING_BUDGET_S, SHARD_SIZE, TemplateOutcome, TemplatePlan
 from kvparity.run.runner import RunResult, run_scenario
-
-# Seconds each known defect's first example may be shrunk for (in the job that first met it).
-FINDING_BUDGET_S = 4.0
-
-
-@dataclass(frozen=True)
-class FirstFailure:
-    """A sweep's first failing scenario, as found (before shrinking), and its template."""
-
-    scenario: Scenario
-    result: RunResult
-    template: str
-
-
-@dataclass(frozen=True)
-class FindingExample:
-    """The first scenario that reached a known defect, and what was seen there; shrunk when its
-    job had the time (``original`` is then the scenario as drawn)."""
-
-    scenario: Scenario
-    what: str
-    detail: str
-    world: str  # where it was seen
-    original: Scenario | None = None
-
-
-class SweepEvents(Protocol):
-    """What a sweep tells its caller while it runs (the command line prints it). In a parallel
-    run the jobs' events come back to the calling process, in the order they happened."""
-
-    def played(self) -> None:
-        """One planned scenario played."""
-
-    def found(self, first: FirstFailure) -> None:
-        """The first failure, before it is shrunk."""
-
-    def shrinking(self, tried: int, smallest: Scenario) -> None:
-        """Another smaller candidate played; ``smallest`` is the smallest failing one so far."""
-
-    def cancelled(self) -> bool:
-        """Whether this task should stop now (some other task failed)."""
-
-    def claim(self, defect: str) -> bool:
-        """Whether this process shrinks the first example of known defect ``defect`` (once per run)."""
-
-
-class QuietEvents:
-    """Events of a run nobody watches (tests, library calls): one process, nothing printed."""
-
-    def __init__(self) -> None:
-        self.claimed: set[str] = set()
-
-    def played(self) -> None:
-        pass
-
-    def found(self, first: FirstFailure) -> None:
-        pass
-
-    def shrinking(self, tried: int, smallest: Scenario) -> None:
-        pass
-
-    def cancelled(self) -> bool:
-        return False
-
-    def claim(self, defect: str) -> bool:
-        fresh = defect not in self.claimed
-        self.claimed.add(defect)
-        return fresh
+from kvparity.run.shrink import failed_worlds, shrink_examples, shrunk_failure
 
 
 @dataclass
@@ -163,62 +100,10 @@ def check_repository(
     if jobs <= 1:
         outcomes = play_templates(plan.tasks(), plan, lane, events)
     else:
-        outcomes = _play_in_jobs(jobs, plan, lane_factory, events)
+        outcomes = play_in_jobs(jobs, plan, lane_factory, events, play_templates)
     _merge(verdict, outcomes)
     verdict.seconds = time.monotonic() - started
     return verdict
-
-
-# Scenarios per task: a template with more is played as several shards, each from its own seed,
-# so that many processes share one template's scenarios. The shards depend on the plan only,
-# never on the number of jobs, so one job and many play the same scenarios.
-SHARD_SIZE = 100
-
-
-@dataclass(frozen=True)
-class TemplatePlan:
-    """What every job plays (plain data: it crosses into worker processes)."""
-
-    worlds: tuple[tuple[str, str], ...]
-    per_template: int
-    random_seed: int | None
-    real_reference: bool
-    shard_size: int = SHARD_SIZE
-    shrink_budget_s: float | None = DEFAULT_BUDGET_S
-    finding_budget_s: float = FINDING_BUDGET_S
-
-    def tasks(self) -> list[tuple[int, int]]:
-        """(template index, shard) in the order one process plays them."""
-        shards = -(-self.per_template // self.shard_size)
-        return [(index, shard) for index in range(len(TEMPLATES)) for shard in range(shards)]
-
-    def examples(self, shard: int) -> int:
-        return min(self.shard_size, self.per_template - shard * self.shard_size)
-
-    def seed(self, index: int, shard: int) -> int | None:
-        """A template played whole keeps the run's seed (None: derandomized, as always); its
-        shards each take a seed of their own, derived from the run's seed (0 when derandomized)."""
-        if self.per_template <= self.shard_size:
-            return self.random_seed
-        return ((self.random_seed or 0) * 1_000_003 + index * 10_007 + shard) % (1 << 32)
-
-
-@dataclass
-class TemplateOutcome:
-    index: int
-    shard: int = 0
-    scenarios: int = 0
-    classes: set[str] = field(default_factory=set)
-    findings: Counter = field(default_factory=Counter)
-    finding_examples: dict[str, str] = field(default_factory=dict)  # kept by _play_template's play; unused
-    examples: dict[str, FindingExample] = field(default_factory=dict)  # known defect -> its first example here
-    kernels: dict[str, dict[str, str]] = field(default_factory=dict)
-    first_failure: FirstFailure | None = None  # as found
-    failure: tuple[Scenario, RunResult] | None = None  # shrunk, with its result
-    shrink: Shrunk | None = None
-    cancelled: bool = False  # stopped early: another task failed
-    reported: bool = False  # its failure was the run's first, handed over as found (and shrunk)
-    device: str = ""  # the GPU a parallel job played it on (CUDA_VISIBLE_DEVICES), else ""
 
 
 class FoundFailure(BaseException):
@@ -251,14 +136,14 @@ def play_templates(tasks: list[tuple[int, int]], plan: TemplatePlan, lane: Any, 
             events.found(outcome.first_failure)
             outcome.reported = not events.cancelled()  # False: another job's failure came first
             if outcome.reported:
-                outcome.failure, outcome.shrink = _shrunk(found.scenario, found.result, plan, lane, events)
+                outcome.failure, outcome.shrink = shrunk_failure(found.scenario, found.result, plan, lane, events)
             else:
                 outcome.failure = (found.scenario, found.result)
             break
         except Cancelled:
             outcome.cancelled = True
             break
-        _shrink_examples(outcome, plan, lane, events)
+        shrink_examples(outcome, plan, lane, events)
     return outcomes
 
 
@@ -295,77 +180,6 @@ def _count(outcome: TemplateOutcome, scenario: Scenario, result: RunResult) -> N
     outcome.findings.update({d.known_defect for d in result.findings})
 
 
-def replay_worlds(result: RunResult) -> frozenset[str] | None:
-    """The worlds a shrinker replays to keep a failure: the reference and one world that failed in
-    the same way, a torch one where there is one (several times cheaper than Triton's interpreter); None (every
-    world) when only the reference is named, as in a stage-count mismatch."""
-    reference = result.worlds[0]
-    # A world that fails in the same way: a disagreement is kept by a world that disagreed (one
-    # that only broke an oracle would turn it into an oracle failure).
-    same_way = {d.world for d in result.divergences} if result.divergences else _failed_worlds(result)
-    failed = [w for w in result.worlds if w != reference and w in same_way]
-    if not failed:
-        return frozenset({reference}) if not result.divergences else None
-    cheapest = min(failed, key=lambda w: not w.rpartition("/")[2].startswith("torch"))
-    return frozenset({reference, cheapest})
-
-
-def _failed_worlds(result: RunResult) -> set[str]:
-    return {d.world for d in result.divergences} | {v.world for v in result.violations}
-
-
-def _player(plan: TemplatePlan, lane: Any, only: frozenset[str] | None) -> Callable[[Scenario], RunResult]:
-    """``run_scenario`` in the plan's worlds, the real ones limited to ``only`` (the modelled ones
-    too, but for the reference and, when the lane is the reference, the one that bounds its path;
-    None: every world)."""
-    modelled = plan.worlds
-    if only is not None and not plan.real_reference:
-        modelled = tuple(w for i, w in enumerate(plan.worlds) if i == 0 or str(WorldId.modelled(*w)) in only)
-    return functools.partial(run_scenario, worlds=modelled, lane=lane, real_reference=plan.real_reference, only=only)
-
-
-def _shrunk(scenario: Scenario, result: RunResult, plan: TemplatePlan, lane: Any,
-            events: SweepEvents) -> tuple[tuple[Scenario, RunResult], Shrunk | None]:
-    """The failure shrunk within the plan's budget, replaying only the worlds it involves; the
-    smallest is played once more in every world, for the report."""
-    if plan.shrink_budget_s is None:
-        return (scenario, result), None
-    kind = failure_kind(result)
-    replay = _player(plan, lane, replay_worlds(result))
-    shrunk = minimize(scenario, lambda c: failure_kind(replay(c)) == kind, budget_s=plan.shrink_budget_s,
-                      progress=events.shrinking)
-    if shrunk.scenario == scenario:
-        return (scenario, result), shrunk
-    final = run_scenario(shrunk.scenario, plan.worlds, lane=lane, real_reference=plan.real_reference)
-    return (shrunk.scenario, final), shrunk
-
-
-def _shrink_examples(outcome: TemplateOutcome, plan: TemplatePlan, lane: Any, events: SweepEvents) -> None:
-    """Each known defect's first example, shrunk to what still reaches the defect (once per run,
-    by the process that claims it first)."""
-    if plan.finding_budget_s <= 0:
-        return
-    for defect, example in list(outcome.examples.items()):
-        if not events.cancelled() and events.claim(defect):
-            outcome.examples[defect] = _shrunk_example(defect, example, plan, lane)
-
-
-def _shrunk_example(defect: str, example: FindingExample, plan: TemplatePlan, lane: Any) -> FindingExample:
-    """``example`` shrunk within the plan's budget, replaying the reference and the world it was seen in."""
-    replay = _player(plan, lane, frozenset({example.world}))
-    found: dict[Scenario, RunResult] = {}
-
-    def reaches(candidate: Scenario) -> bool:
-        found[candidate] = replay(candidate)
-        return any(d.known_defect == defect for d in found[candidate].findings)
-
-    shrunk = minimize(example.scenario, reaches, budget_s=plan.finding_budget_s)
-    if shrunk.scenario == example.scenario:
-        return example
-    seen = next(d for d in found[shrunk.scenario].findings if d.known_defect == defect)
-    return FindingExample(shrunk.scenario, seen.what, seen.detail, seen.world, example.scenario)
-
-
 def _merge(verdict: HarnessVerdict, outcomes: list[TemplateOutcome]) -> None:
     """Counts, classes and findings of every task played (a cancelled one's as far as it got), and
     the failure handed over first (in one process, the first failing task in the plan's order)."""
@@ -393,149 +207,8 @@ def _merge(verdict: HarnessVerdict, outcomes: list[TemplateOutcome]) -> None:
         verdict.failure = result
         verdict.first_failure = failing.first_failure
         verdict.shrink = failing.shrink
-        verdict.diverged = _failed_worlds(result)
+        verdict.diverged = failed_worlds(result)
         verdict.worlds = result.worlds
-
-
-def _play_in_jobs(jobs: int, plan: TemplatePlan, lane_factory: Callable[[], Any] | None,
-                  events: SweepEvents) -> list[TemplateOutcome]:
-    """The (template, shard) tasks, taken by ``jobs`` spawned processes as they come free
-    (templates differ in cost). The jobs' events come back through a queue and are handed to
-    ``events`` here, in order. A failure in any job stops them all: the others stop between two
-    scenarios, the tasks not started are cancelled."""
-    import threading
-    from concurrent.futures import Future, ProcessPoolExecutor, as_completed
-
-    context = processes.context()
-    env = {k: v for k, v in os.environ.items() if k.startswith(("KVPARITY_", "HYPOTHESIS_", "TRITON_"))}
-    with context.Manager() as manager:
-        messages = manager.Queue()
-        gpus = manager.Queue()  # each job takes one: the visible GPUs round-robin
-        stop, claims = manager.Event(), manager.dict()
-        visible = visible_gpus()
-        for i in range(jobs):
-            gpus.put(visible[i % len(visible)] if visible else "")
-        futures: dict[Future, tuple[int, int]] = {}
-        done = threading.Event()
-
-        def drain() -> None:
-            while not done.is_set() or not messages.empty():
-                try:
-                    message = messages.get(timeout=0.2)
-                except Exception:  # queue.Empty, or the manager going away at the end
-                    continue
-                _hand_on(message, events, futures)
-
-        reader = threading.Thread(target=drain, daemon=True)
-        reader.start()
-        outcomes: list[TemplateOutcome] = []
-        with ProcessPoolExecutor(max_workers=jobs, mp_context=context, initializer=_job_init,
-                                 initargs=(env, lane_factory, messages, gpus, stop, claims)) as pool:
-            # Longest first, so that no long task starts last while the other jobs idle.
-            by_cost = sorted(plan.tasks(), key=lambda task: -_COST_HINT.get(TEMPLATES[task[0]].name, _COST_DEFAULT))
-            futures.update({pool.submit(_job_template, task, plan): task for task in by_cost})
-            for future in as_completed(list(futures)):
-                if not future.cancelled():
-                    outcomes.append(future.result())
-        done.set()
-        reader.join()
-    return outcomes
-
-
-def _hand_on(message: tuple, events: SweepEvents, futures: dict) -> None:
-    """One job's event, handed to the caller's ``events``; a failure cancels the tasks not started."""
-    kind, *payload = message
-    if kind == "played":
-        events.played()
-    elif kind == "found":
-        for future in list(futures):
-            future.cancel()  # a task already running stops at its next scenario (the stop event)
-        events.found(*payload)
-    elif kind == "shrinking":
-        events.shrinking(*payload)
-
-
-class _JobEvents:
-    """A job's events, sent to the calling process; ``stop`` is shared by every job of the run."""
-
-    def __init__(self, messages: Any, stop: Any, claims: Any) -> None:
-        self.messages, self.stop, self.claims = messages, stop, claims
-        self.finder = False  # this job found the failure: it is not cancelled while it shrinks it
-
-    def played(self) -> None:
-        self.messages.put(("played",))
-
-    def found(self, first: FirstFailure) -> None:
-        already = self.stop.is_set()
-        self.stop.set()
-        self.finder = not already
-        if self.finder:
-            self.messages.put(("found", first))
-
-    def shrinking(self, tried: int, smallest: Scenario) -> None:
-        if self.finder:
-            self.messages.put(("shrinking", tried, smallest))
-
-    def cancelled(self) -> bool:
-        return self.stop.is_set() and not self.finder
-
-    def claim(self, defect: str) -> bool:
-        return self.claims.setdefault(defect, os.getpid()) == os.getpid()
-
-
-# Seconds each template's 80 default scenarios took in one process (CPU, Triton's interpreter,
-# 2026-12-01): only the order parallel jobs take tasks in, never what they play.
-_COST_HINT = {
-    "logprobs": 25.1, "shared prefixes": 22.4, "free form": 20.4, "decode pressure": 19.0, "chunked rounds": 16.3,
-    "retract and re-admit": 15.9, "long lengths": 10.5, "near out of memory": 8.1, "row reuse": 8.0,
-    "free-page churn": 7.0,
-}
-_COST_DEFAULT = 30.0  # a template not measured yet goes first
-
-
-# One process of a parallel run: its real-SGLang lane (made on first use, closed at exit) and the
-# events it sends back.
-_JOB: dict[str, Any] = {}
-
-
-def visible_gpus() -> list[str]:
-    """The GPUs this process may use, as CUDA_VISIBLE_DEVICES names them (none on a CPU run)."""
-    from kvparity.kernels import runtime
-
-    if runtime.DEVICE.type != "cuda":
-        return []
-    import torch
-
-    listed = os.environ.get("CUDA_VISIBLE_DEVICES")
-    names = [n.strip() for n in listed.split(",") if n.strip()] if listed else []
-    return names or [str(i) for i in range(torch.cuda.device_count())]
-
-
-def _job_init(env: dict[str, str], lane_factory: Callable[[], Any] | None, messages: Any, gpus: Any, stop: Any,
-              claims: Any) -> None:
-    import atexit
-
-    os.environ.update(env)
-    gpu = gpus.get()
-    if gpu:  # pinned before anything touches CUDA (torch starts it lazily)
-        os.environ["CUDA_VISIBLE_DEVICES"] = gpu
-        _JOB["device"] = gpu
-    from kvparity.kernels import runtime  # noqa: F401  (the device and Triton's mode, as in the parent)
-    from kvparity.model import profiles
-
-    profiles.load(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
-    _JOB.update(lane_factory=lane_factory, lane=None, events=_JobEvents(messages, stop, claims))
-    atexit.register(lambda: _JOB["lane"] is not None and _JOB["lane"].close())
-
-
-def _job_template(task: tuple[int, int], plan: TemplatePlan) -> TemplateOutcome:
-    if _JOB["events"].stop.is_set():  # another task failed while this one waited
-        return TemplateOutcome(*task, cancelled=True)
-    if _JOB["lane"] is None and _JOB["lane_factory"] is not None:
-        _JOB["lane"] = _JOB["lane_factory"]()
-    outcome = play_templates([task], plan, _JOB["lane"], _JOB["events"])[0]
-    outcome.device = _JOB.get("device", "")
-    return outcome
 
 
 def _play_template(template, play_one, count, random_seed, verdict, failing, tick) -> None:

@@ -86,7 +86,8 @@ def test_templates_split_into_shards_give_one_job_and_two_the_same_verdict_and_c
     plan alone, never by the number of jobs): one process and two give the same verdict and count.
     (Hypothesis's draws within a shard can still depend on what the process imported before, so
     the classes may differ by an example; the derandomized default run is compared in full above.)"""
-    from kvparity.run.sweep import TemplatePlan, check_repository
+    from kvparity.run.plan import TemplatePlan
+    from kvparity.run.sweep import check_repository
 
     plan = TemplatePlan((("legacy", "torch"), ("refactored", "torch")), 4, 7, False, shard_size=2)
     assert plan.tasks()[:3] == [(0, 0), (0, 1), (1, 0)] and plan.seed(0, 0) != plan.seed(0, 1)

@@ -189,7 +189,7 @@ def test_a_file_that_fails_after_the_run_costs_exit_2_not_the_verdict(tmp_path, 
 def test_shrinking_replays_the_reference_and_one_failed_world_torch_first():
     from kvparity.judge.compare import Difference
     from kvparity.run.runner import RunResult
-    from kvparity.run.sweep import replay_worlds
+    from kvparity.run.shrink import replay_worlds
 
     worlds = ("sglang-0.5.3/torch", "copy@0.5.3.post1/triton", "copy@0.5.3.post1/torch")
     result = RunResult(GOLDENS["chunked-radix-cache"], worlds)
@@ -204,7 +204,7 @@ def test_a_disagreement_is_replayed_in_a_world_that_disagreed():
     from kvparity.judge.compare import Difference
     from kvparity.judge.oracles import Violation
     from kvparity.run.runner import RunResult
-    from kvparity.run.sweep import replay_worlds
+    from kvparity.run.shrink import replay_worlds
 
     worlds = ("sglang-0.5.3/torch", "copy@0.5.3.post1/triton", "copy@0.5.3.post1/torch")
     result = RunResult(GOLDENS["chunked-radix-cache"], worlds)

@@ -93,9 +93,12 @@ class Zygotes:
         return self
 
     def _start(self, context: Any, plan: list[tuple[str, Any]]) -> None:
+        from kvparity.engine import processes
+
         for path, source in plan:
             proc = context.Process(target=zygote_entry, name=f"kvparity zygote {source.version}", daemon=False,
-                                   args=(path, source.path, source.version, source.entry.version, self.plugins))
+                                   args=(path, source.path, source.version, source.entry.version, self.plugins,
+                                         processes.passed_env()))
             try:
                 proc.start()
             except OSError as exc:
@@ -122,10 +125,14 @@ class Zygotes:
         self.folder = None
 
 
-def zygote_entry(path: str, sglang: str, version: str, entry: str, plugins: tuple[str, ...]) -> None:
+def zygote_entry(path: str, sglang: str, version: str, entry: str, plugins: tuple[str, ...],
+                 env: dict[str, str]) -> None:
     """A zygote's life, in a process forked from the fork server: import the release, then fork
     workers (``serve_forks``). Its output goes to ``path + '.log'``, never to the terminal."""
+    from kvparity.engine import processes
+
     os.setsid()
+    processes.adopt_env(env)
     with open(path + PID, "w") as pid_file:  # how a client knows it is alive before its socket appears
         pid_file.write(str(os.getpid()))
     log = os.open(path + ".log", os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
