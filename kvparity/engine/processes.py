@@ -57,6 +57,10 @@ def start_early(*, real_sglang: bool = False) -> None:
 
 
 PASSED_ENV = ("KVPARITY_", "HYPOTHESIS_", "TRITON_")  # the caller's variables a helper process takes
+# Of those, the ones that are the caller's choices alone: a helper drops what it has and the caller
+# has not. (Not TRITON_: the kernels' import sets TRITON_INTERPRET in the fork server, and a caller
+# that has not imported them yet has none to pass.)
+CALLERS_ONLY = ("KVPARITY_", "HYPOTHESIS_")
 
 
 def passed_env() -> dict[str, str]:
@@ -68,6 +72,6 @@ def adopt_env(env: dict[str, str]) -> None:
     """In a helper process: take the caller's variables (``passed_env``), exactly. A process forked
     from a fork server started earlier would otherwise keep what the environment held then (a
     variable set for one run and removed since)."""
-    for stale in [k for k in os.environ if k.startswith(PASSED_ENV) and k not in env]:
+    for stale in [k for k in os.environ if k.startswith(CALLERS_ONLY) and k not in env]:
         del os.environ[stale]
     os.environ.update(env)

@@ -69,3 +69,16 @@ def test_only_the_named_real_worlds_play(source):
     with RealLane([RELEASE], ("torch", "triton")) as lane:
         played = lane.play(GOLDENS["chunked-radix-cache"], only=frozenset({f"sglang-{RELEASE}/torch"}))
     assert list(played) == [f"sglang-{RELEASE}/torch"]
+
+
+def test_a_fresh_command_forks_working_triton_worlds(source):
+    """As a user runs it: a new process, whose zygotes start before it has imported the kernels
+    (so before TRITON_INTERPRET is set here); the forked Triton worlds must still run."""
+    import subprocess
+    import sys
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("KVPARITY_", "TRITON_INTERPRET"))}
+    done = subprocess.run([sys.executable, "-m", "kvparity", "check", "--sglang", "0.5.3.post1", "--against", RELEASE,
+                           "--backend", "triton", "--examples", "10", "--seed", "0", "--jobs", "2"],
+                          capture_output=True, text=True, env=env, timeout=300)
+    assert done.returncode == 0 and "verdict: PARITY" in done.stdout, done.stdout[-3000:] + done.stderr[-2000:]
