@@ -302,17 +302,20 @@ def _check_repository(
     lane_factory: Callable[[], Any] | None = None,
 ) -> int:
     from kvparity.cli.watch import ConsoleEvents, ScenarioFiles
+    from kvparity.model.strategies import TEMPLATES
     from kvparity.run.minimize import DEFAULT_BUDGET_S
+    from kvparity.run.plan import per_template
     from kvparity.run.sweep import check_repository
 
     worlds = worlds or _worlds(args.backend)
     if args.replay_scenario is not None:
         return _replay(args, worlds, lane, real_reference)
     examples = args.examples or default_examples
-    print(f"kvparity check: {examples} scenarios ({max(1, examples // 10)} per template), {args.jobs} jobs", flush=True)
+    print(f"kvparity check: {examples} scenarios ({per_template(examples)} per template), {args.jobs} jobs", flush=True)
     budget = None if args.no_shrink else (args.shrink_budget or DEFAULT_BUDGET_S)
     files = ScenarioFiles()
-    events = ConsoleEvents(max(1, examples // 10) * 10, lambda path: replay_argv(args, path), budget, files)
+    planned = per_template(examples) * len(TEMPLATES)
+    events = ConsoleEvents(planned, lambda path: replay_argv(args, path), budget, files)
     try:
         verdict = check_repository(worlds, examples, args.seed, lane=lane, real_reference=real_reference,
                                    jobs=args.jobs, lane_factory=lane_factory, events=events, shrink_budget_s=budget)

@@ -17,7 +17,7 @@ from typing import TextIO
 from kvparity.model.scenario import Scenario, scenario_to_dict
 from kvparity.report.failure import format_failure
 from kvparity.report.progress import Progress
-from kvparity.run.events import FirstFailure
+from kvparity.run.events import FirstFailure, QuietEvents
 
 
 def size(scenario: Scenario) -> str:
@@ -38,7 +38,7 @@ class ScenarioFiles:
         return path
 
 
-class ConsoleEvents:
+class ConsoleEvents(QuietEvents):
     """Prints a sweep's events. ``replay(path)`` is the command line that replays a saved scenario
     in this run's worlds; ``budget_s`` is shrinking's budget (None: no shrinking)."""
 
@@ -50,7 +50,7 @@ class ConsoleEvents:
         self.start = time.monotonic()
         self.first: FirstFailure | None = None
         self.found_after_s: float | None = None
-        self.claimed: set[str] = set()
+        super().__init__()  # one process: known defects claimed in a set
 
     def played(self) -> None:
         if self.first is None:  # after a failure the bar gives way to shrinking's line
@@ -72,14 +72,6 @@ class ConsoleEvents:
 
     def shrinking(self, tried: int, smallest: Scenario) -> None:
         self.progress.say(f"shrinking: {tried} smaller scenarios tried, now {size(smallest)}")
-
-    def cancelled(self) -> bool:
-        return False
-
-    def claim(self, defect: str) -> bool:
-        fresh = defect not in self.claimed
-        self.claimed.add(defect)
-        return fresh
 
     def command_for(self, name: str, scenario: Scenario) -> str:
         """Save ``scenario`` and give the command line that replays it."""

@@ -74,34 +74,22 @@ def minimize(scenario: Scenario, fails: Callable[[Scenario], bool], *, budget_s:
 
 def candidates(scenario: Scenario) -> Iterator[Scenario]:
     """Smaller scenarios, big cuts first: runs of requests, then runs of steps (halves, quarters,
-    ... single ones), then single names in steps, then each request's tokens cut from either end
-    (half, a quarter, ... one token). The single removals are ``smaller``'s."""
-    for _, candidate in tagged_candidates(scenario):
-        yield candidate
-
-
-Tag = tuple[int, int]  # (kind of cut, minus its size), in the order candidates come
-
-
-def tagged_candidates(scenario: Scenario) -> Iterator[tuple[Tag, Scenario]]:
+    ... single ones), then single names in steps, then the requests' tokens cut from either end
+    (half the longest, a quarter, ... one token). The single removals are ``smaller``'s."""
     for size in _halvings(len(scenario.requests)):
-        for candidate in _chunk_cuts(scenario, [r.rid for r in scenario.requests], size, _without_requests):
-            yield (0, -size), candidate
+        yield from _chunk_cuts(scenario, [r.rid for r in scenario.requests], size, _without_requests)
     for size in _halvings(len(scenario.steps)):
-        for candidate in _chunk_cuts(scenario, list(range(len(scenario.steps))), size, _without_steps):
-            yield (1, -size), candidate
+        yield from _chunk_cuts(scenario, list(range(len(scenario.steps))), size, _without_steps)
     for index, step in enumerate(scenario.steps):
         for names in _names_of(step):
             for rid in names:
-                for candidate in _valid(lambda: _with_step(scenario, index, _without_name(step, rid))):  # noqa: B023
-                    yield (2, 0), candidate
+                yield from _valid(lambda: _with_step(scenario, index, _without_name(step, rid)))  # noqa: B023
     longest = max((len(r.tokens) for r in scenario.requests), default=0)
     for cut in _halvings(longest - 1):
         for i, request in enumerate(scenario.requests):
             if len(request.tokens) > cut:
                 for tokens in (request.tokens[:-cut], request.tokens[cut:]):
-                    for candidate in _valid(lambda: _with_request(scenario, i, replace(request, tokens=tokens))):  # noqa: B023
-                        yield (3, -cut), candidate
+                    yield from _valid(lambda: _with_request(scenario, i, replace(request, tokens=tokens)))  # noqa: B023
 
 
 def _halvings(n: int) -> list[int]:

@@ -13,6 +13,12 @@ from kvparity.run.events import FindingExample, FirstFailure
 from kvparity.run.minimize import DEFAULT_BUDGET_S, Shrunk
 from kvparity.run.runner import RunResult
 
+
+def per_template(examples: int) -> int:
+    """Scenarios each template plays when a run asks for about ``examples`` (at least one)."""
+    return max(1, examples // len(TEMPLATES))
+
+
 # Seconds each known defect's first example may be shrunk for (in the job that first met it).
 FINDING_BUDGET_S = 4.0
 

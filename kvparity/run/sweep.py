@@ -31,6 +31,7 @@ from kvparity.run.events import FindingExample, FirstFailure, QuietEvents, Sweep
 from kvparity.run.jobs import play_in_jobs
 from kvparity.run.minimize import DEFAULT_BUDGET_S, Shrunk
 from kvparity.run.plan import FINDING_BUDGET_S, SHARD_SIZE, TemplateOutcome, TemplatePlan
+from kvparity.run.plan import per_template as plan_per_template
 from kvparity.run.runner import RunResult, run_scenario
 from kvparity.run.shrink import failed_worlds, shrink_examples, shrunk_failure
 
@@ -92,7 +93,7 @@ def check_repository(
     if lane is not None:
         names = real_names if real_reference else names + real_names
     verdict = HarnessVerdict(names)
-    per_template = max(1, examples // len(TEMPLATES))
+    per_template = plan_per_template(examples)
     events = events or QuietEvents()
     started = time.monotonic()
     plan = TemplatePlan(worlds, per_template, random_seed, real_reference, shard_size or SHARD_SIZE,

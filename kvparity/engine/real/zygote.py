@@ -73,6 +73,7 @@ class Zygotes:
         self.procs: list[Any] = []
         self.folder: str | None = None
         self.saved_env: str | None = None
+        self.starter: threading.Thread | None = None
 
     def __enter__(self) -> Zygotes:
         from kvparity.engine import processes
@@ -109,7 +110,8 @@ class Zygotes:
     def __exit__(self, *exc: Any) -> None:
         if self.folder is None:
             return
-        self.starter.join()
+        if self.starter is not None:
+            self.starter.join()
         if self.saved_env is None:
             os.environ.pop(ENV, None)
         else:
