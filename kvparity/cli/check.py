@@ -316,9 +316,15 @@ def _check_repository(
     files = ScenarioFiles()
     planned = per_template(examples) * len(TEMPLATES)
     events = ConsoleEvents(planned, lambda path: replay_argv(args, path), budget, files)
+    from kvparity.engine.real.worker import WorkerStartError
+
     try:
         verdict = check_repository(worlds, examples, args.seed, lane=lane, real_reference=real_reference,
                                    jobs=args.jobs, lane_factory=lane_factory, events=events, shrink_budget_s=budget)
+    except WorkerStartError as exc:  # a release or folder whose SGLang does not import here
+        events.close()
+        print(f"kvparity check: {exc}", file=sys.stderr)
+        return USAGE_ERROR
     finally:
         events.close()
     shrunk_command = None

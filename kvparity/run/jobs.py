@@ -9,6 +9,7 @@ from collections.abc import Callable
 from typing import Any
 
 from kvparity.engine import processes
+from kvparity.engine.real import RealSGLangError
 from kvparity.model.scenario import Scenario
 from kvparity.model.strategies import TEMPLATES
 from kvparity.run.events import FirstFailure, SweepEvents
@@ -154,6 +155,10 @@ def _job_template(task: tuple[int, int], plan: TemplatePlan) -> TemplateOutcome:
         return TemplateOutcome(*task, cancelled=True)
     if _JOB["lane"] is None and _JOB["lane_factory"] is not None:
         _JOB["lane"] = _JOB["lane_factory"]()
-    outcome = _JOB["play_templates"]([task], plan, _JOB["lane"], _JOB["events"])[0]
+    try:
+        outcome = _JOB["play_templates"]([task], plan, _JOB["lane"], _JOB["events"])[0]
+    except RealSGLangError:  # a worker that cannot start: every other job stops too
+        _JOB["events"].stop.set()
+        raise
     outcome.device = _JOB.get("device", "")
     return outcome

@@ -22,6 +22,7 @@ from typing import Any
 
 from hypothesis import Verbosity, given, seed, settings
 
+from kvparity.engine.real.worker import WorkerStartError
 from kvparity.model.classes import REQUIRED
 from kvparity.model.scenario import Scenario
 from kvparity.model.strategies import TEMPLATES, scenarios
@@ -116,6 +117,15 @@ class FoundFailure(BaseException):
         self.scenario, self.result = scenario, result
 
 
+class Unplayable(BaseException):
+    """A real SGLang that cannot even start its worker, raised through Hypothesis (which would
+    otherwise shrink it, starting a failing worker for every candidate) and re-raised after."""
+
+    def __init__(self, error: WorkerStartError) -> None:
+        super().__init__(str(error))
+        self.error = error
+
+
 class Cancelled(BaseException):
     """Raised through Hypothesis between two scenarios when another task has failed."""
 
@@ -144,6 +154,8 @@ def play_templates(tasks: list[tuple[int, int]], plan: TemplatePlan, lane: Any, 
         except Cancelled:
             outcome.cancelled = True
             break
+        except Unplayable as unplayable:
+            raise unplayable.error from None
         shrink_examples(outcome, plan, lane, events)
     return outcomes
 
@@ -161,7 +173,10 @@ def _watching(play_one: Callable[[Scenario], RunResult], outcome: TemplateOutcom
     function's source, so editing it would change every default run's scenarios.)"""
 
     def play(scenario: Scenario) -> RunResult:
-        result = play_one(scenario)
+        try:
+            result = play_one(scenario)
+        except WorkerStartError as exc:  # no scenario can play: not a failure for Hypothesis to shrink
+            raise Unplayable(exc) from None
         for world, kernels in result.kernels.items():
             outcome.kernels.setdefault(world, kernels)
         for d in result.findings:

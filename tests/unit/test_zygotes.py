@@ -82,3 +82,16 @@ def test_a_fresh_command_forks_working_triton_worlds(source):
                            "--backend", "triton", "--examples", "10", "--seed", "0", "--jobs", "2"],
                           capture_output=True, text=True, env=env, timeout=300)
     assert done.returncode == 0 and "verdict: PARITY" in done.stdout, done.stdout[-3000:] + done.stderr[-2000:]
+
+
+def test_a_folder_whose_sglang_does_not_import_exits_2_at_once(source, tmp_path, capsys):
+    """Not a divergence to shrink (every candidate would start a failing worker): one sentence, exit 2."""
+    from kvparity.cli.main import main
+
+    from checkout_cases import _checkout, _edit
+
+    copy = _checkout(RELEASE, tmp_path)
+    _edit(copy / "sglang/srt/mem_cache/allocator.py", "import ", "raise ImportError('broken on purpose')\nimport ")
+    assert main(["check", "--sglang", str(copy), "--against", RELEASE, "--backend", "torch", "--examples", "10"]) == 2
+    err = capsys.readouterr().err
+    assert "broken on purpose" in err and "Traceback" not in err
