@@ -4,7 +4,7 @@ decode batches have request rows that are not ascending in batch order, a reques
 are not contiguous, or a free list that is not in ascending order when the batch allocates. A
 long-running server's batches have all three most of the time.
 
-    python scripts/order_rates.py [--examples 800] [--seed S]
+    python scripts/order_rates.py [--examples 880] [--seed S]
 
 Measured on the reference world (legacy on torch): every world plays the same scenarios.
 """
@@ -21,30 +21,24 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from kvparity.kernels import runtime  # noqa: E402,F401  (fixes the Triton mode first)
 
 # isort: split
-from kvparity.engine.snapshot import Snapshot  # noqa: E402
+from kvparity.judge import order  # noqa: E402
 from kvparity.model import profiles  # noqa: E402
+from kvparity.model.classes import ORDER_CLASSES  # noqa: E402
 from kvparity.model.scenario import Scenario  # noqa: E402
+from kvparity.model.strategies import WARMUP_PREFIX  # noqa: E402
 from kvparity.run import runner, sweep  # noqa: E402
 
 REFERENCE = (("legacy", "torch"),)
-BATCH_KINDS = ("extend", "decode")
 
 
-def _pages_contiguous(slots: list[int], page_size: int) -> bool:
-    pages = [s // page_size for s in slots]
-    distinct = [p for i, p in enumerate(pages) if i == 0 or p != pages[i - 1]]
-    return all(b == a + 1 for a, b in zip(distinct, distinct[1:]))
-
-
-def _request_slots(after: Snapshot, rid: str) -> list[int]:
-    view = after.requests.get(rid)
-    if view is None or view.req_pool_idx is None:
-        return []
-    return after.req_to_token[view.req_pool_idx, : view.slotted].tolist()
+def warmed(scenario: Scenario) -> bool:
+    """A scenario of the "warm start" template: it begins with a warm-up (requests w0, w1, ...)."""
+    return any(r.rid.startswith(WARMUP_PREFIX) for r in scenario.requests)
 
 
 def measure(scenario: Scenario, counts: Counter) -> None:
-    """Play ``scenario`` in the reference world and count its batches by shape."""
+    """Play ``scenario`` in the reference world and count its batches by shape (the order classes'
+    own tests, ``kvparity.judge.order``, batch by batch), and the scenario's order classes."""
     lockstep = runner.Lockstep(scenario, REFERENCE, oracles=False)
     for index, step in enumerate(scenario.steps):
         if lockstep.halted:
@@ -54,47 +48,63 @@ def measure(scenario: Scenario, counts: Counter) -> None:
     page_size = scenario.geometry.page_size
     for before, after in zip(stages, stages[1:]):
         record = after.record
-        if record.kind not in BATCH_KINDS or record.outcome != "ok" or not record.rids:
+        if record.kind not in order.BATCH_KINDS or record.outcome != "ok" or not record.rids:
             continue
         counts[f"{record.kind} batches"] += 1
         if len(record.rows) > 1 and list(record.rows) != sorted(record.rows):
             counts[f"{record.kind}: rows not ascending"] += 1
+        split = any(not order.pages_contiguous(order.request_slots(after, rid), page_size) for rid in record.rids)
         if page_size > 1:  # at page size 1 a "page" is a slot: any reuse of a freed slot splits a request
             counts[f"{record.kind} batches, page size > 1"] += 1
-            if any(not _pages_contiguous(_request_slots(after, rid), page_size) for rid in record.rids):
-                counts[f"{record.kind}: a request's pages not contiguous (page size > 1)"] += 1
-        elif any(not _pages_contiguous(_request_slots(after, rid), page_size) for rid in record.rids):
-            counts[f"{record.kind}: a request's slots not contiguous (page size 1)"] += 1
-        free = before.free_pages.tolist()
-        if free != sorted(free):
-            counts[f"{record.kind}: free list not ascending"] += 1
+            counts[f"{record.kind}: a request's pages not contiguous (page size > 1)"] += split
+        else:
+            counts[f"{record.kind}: a request's slots not contiguous (page size 1)"] += split
+        taken = order.pages_handed_out(before, record.out_cache_loc or (), page_size)
+        if taken and order.free_list_wrapped(before):
+            counts[f"{record.kind}: allocates from a wrapped free list"] += 1
+        if taken != sorted(taken):
+            counts[f"{record.kind}: new pages handed out not ascending"] += 1
     counts["scenarios"] += 1
+    counts.update(f"class: {name}" for name in order.order_classes(stages, page_size))
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--examples", type=int, default=800)
-    parser.add_argument("--seed", type=int, default=None)
-    args = parser.parse_args(argv)
-    profiles.load("ci")
-    counts: Counter = Counter()
-    play = runner.run_scenario
-
-    def measured(scenario: Scenario, *a, **k):  # the sweep's own draws, measured as they are played
-        measure(scenario, counts)
-        return play(scenario, *a, **k)
-
-    sweep.run_scenario = measured  # type: ignore[assignment]
-    sweep.check_repository(REFERENCE, args.examples, args.seed, finding_budget_s=0)
-    print(f"{counts['scenarios']} scenarios (the default check's draws, ci profile)")
-    for kind in BATCH_KINDS:
+def report(title: str, counts: Counter) -> None:
+    print(f"== {title}: {counts['scenarios']} scenarios")
+    for kind in order.BATCH_KINDS:
         total, paged = counts[f"{kind} batches"], counts[f"{kind} batches, page size > 1"]
         print(f"{kind} batches: {total} ({paged} with page size > 1)")
-        for shape, of in (("rows not ascending", total), ("free list not ascending", total),
+        for shape, of in (("rows not ascending", total), ("allocates from a wrapped free list", total),
+                          ("new pages handed out not ascending", total),
                           ("a request's pages not contiguous (page size > 1)", paged),
                           ("a request's slots not contiguous (page size 1)", total - paged)):
             n = counts[f"{kind}: {shape}"]
             print(f"  {shape}: {n} of {of} ({100 * n / max(of, 1):.1f}%)")
+    print("scenarios reaching each order class:")
+    for name in ORDER_CLASSES:
+        n = counts[f"class: {name}"]
+        print(f"  {name}: {n} of {counts['scenarios']} ({100 * n / max(counts['scenarios'], 1):.1f}%)")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--examples", type=int, default=880)
+    parser.add_argument("--seed", type=int, default=None)
+    args = parser.parse_args(argv)
+    profiles.load("ci")
+    every, cold = Counter(), Counter()
+    play = runner.run_scenario
+
+    def measured(scenario: Scenario, *a, **k):  # the sweep's own draws, measured as they are played
+        measure(scenario, every)
+        if not warmed(scenario):
+            measure(scenario, cold)
+        return play(scenario, *a, **k)
+
+    sweep.run_scenario = measured  # type: ignore[assignment]
+    sweep.check_repository(REFERENCE, args.examples, args.seed, finding_budget_s=0)
+    report("every scenario (the default check's draws, ci profile)", every)
+    # The other templates draw what they drew before the warm start was added: this is "before".
+    report("without the warm-start template (the scenarios of the check before it)", cold)
     return 0
 
 

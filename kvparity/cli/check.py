@@ -32,9 +32,9 @@ from kvparity.cli.paths import output_path_problem, positive_number_problem, wri
 from kvparity.model.scenario import scenario_from_dict, scenario_to_dict
 
 USAGE_ERROR = 2
-DEFAULT_EXAMPLES = 800  # scenarios, 80 per template
+DEFAULT_EXAMPLES = 880  # scenarios, 80 per template
 DEFAULT_CANDIDATE_EXAMPLES = 200  # kernel-level batches (kvparity.candidate.check.default_examples: 2000 in nightly)
-DEFAULT_REAL_EXAMPLES = 400  # scenarios with real SGLang worlds, 40 per template
+DEFAULT_REAL_EXAMPLES = 440  # scenarios with real SGLang worlds, 40 per template
 
 
 def add(commands: argparse._SubParsersAction, parser_class: type) -> None:

@@ -186,7 +186,52 @@ _NEW = (
                  (Extend(("r0",)), Extend(()), Extend(("r1",), chunked_last=True), Decode()), chunk_size=14),
     ),
 )
-_TABLE = _TABLE + _NEW
+# Production-shaped state (issue 25): short warm-ups (w...) leave rows and pages out of order, then the
+# batch that meets them. Each was drawn by the "warm start" template and shrunk.
+_WARM = (
+    (
+        "warm-scattered-prefix",
+        "after a warm-up, r0 matches w6's token (slot 2) and gets slot 5 for its own, so r4's cached prefix "
+        "is (2, 5): two slots that are not neighbours; its batch takes rows 3, 4 and then 0, which w5 gave "
+        "back (a write that assumes contiguous prefixes or ascending rows breaks here)",
+        ("order: a batch's rows not ascending", "order: a request's pages not contiguous",
+         "radix: hit on a running request's prompt"),
+        Scenario(Geometry(pool_rows=5, max_context_len=17, kv_slots=25, page_size=1), "radix",
+                 (RequestSpec("w5", (905000,), max_new_tokens=2), RequestSpec("w6", (10000,), max_new_tokens=2),
+                  RequestSpec("r0", (10000, 10001), arrival=2, max_new_tokens=64),
+                  RequestSpec("r1", (20000,), arrival=3, max_new_tokens=64),
+                  RequestSpec("r4", (10000, 10001, 10002), arrival=3, max_new_tokens=64),
+                  RequestSpec("r5", (60000,), arrival=3, max_new_tokens=64)),
+                 (Extend(("w5", "w6")), Decode(), Extend(("r0",)), Extend(("r1", "r4", "r5")))),
+    ),
+    (
+        "warm-chunk-on-scattered-pages",
+        "page size 4, chunks of 13: w3's page comes back while w1 still holds the next one, so w0's first "
+        "chunk gets pages 1, 3 and 4; its third round starts from a 25-token prefix that ends inside a page "
+        "and spans pages that are not contiguous, so last_loc (slot 32) is not its first slot plus 24",
+        ("chunked: unaligned prefix tail (page > 1)", "order: a request's pages not contiguous", "page size 4"),
+        Scenario(Geometry(pool_rows=5, max_context_len=44, kv_slots=172, page_size=4), "radix",
+                 (RequestSpec("w0", (*range(40000, 40006), *range(900000, 900020)), arrival=2, max_new_tokens=2),
+                  RequestSpec("w1", (901000,), max_new_tokens=3), RequestSpec("w3", (903000,), max_new_tokens=2)),
+                 (Extend(("w3", "w1")), Decode(), Extend(("w0",)), Extend(()), Decode()), chunk_size=13),
+    ),
+    (
+        "warm-rows-freed-apart",
+        "page size 2: w2 and w3 run one after the other and give their rows back at different steps, and "
+        "the eviction puts their pages back in front of the never-used ones; r1, r2 and r3 then get rows "
+        "2, 0, 1 and pages from a free list out of ascending order",
+        ("order: a batch mixing rows freed at different times", "order: allocation from a free list that has wrapped",
+         "order: a batch's rows not ascending"),
+        Scenario(Geometry(pool_rows=3, max_context_len=14, kv_slots=22, page_size=2), "radix",
+                 (RequestSpec("w2", (902000,), max_new_tokens=2),
+                  RequestSpec("w3", (903000,), arrival=2, max_new_tokens=2),
+                  RequestSpec("r1", (10000, 10001, 10002), arrival=5, max_new_tokens=64),
+                  RequestSpec("r2", (30000,), arrival=5, max_new_tokens=64),
+                  RequestSpec("r3", (40000,), arrival=5, max_new_tokens=64)),
+                 (Extend(("w2",)), Decode(), Extend(("w3",)), Decode(), Evict(3), Extend(("r1", "r2", "r3")))),
+    ),
+)
+_TABLE = _TABLE + _NEW + _WARM
 GOLDENS: dict[str, Scenario] = {name: scenario for name, _, _, scenario in _TABLE}
 WHY: dict[str, str] = {name: why for name, why, _, _ in _TABLE}
 REACHES: dict[str, tuple[str, ...]] = {name: classes for name, _, classes, _ in _TABLE}

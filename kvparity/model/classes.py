@@ -12,6 +12,13 @@ from kvparity.model.profiles import PAGE_SIZES_CI
 from kvparity.model.records import LogprobAdmission, Note, Observation, StageRecord
 from kvparity.model.scenario import Scenario
 
+# Production order (issue 25): decided from a world's snapshots by ``kvparity.judge.order``.
+ORDER_ROWS_NOT_ASCENDING = "order: a batch's rows not ascending"
+ORDER_PAGES_NOT_CONTIGUOUS = "order: a request's pages not contiguous"
+ORDER_WRAPPED_FREE_LIST = "order: allocation from a free list that has wrapped"
+ORDER_MIXED_FREE_TIMES = "order: a batch mixing rows freed at different times"
+ORDER_CLASSES = (ORDER_ROWS_NOT_ASCENDING, ORDER_PAGES_NOT_CONTIGUOUS, ORDER_WRAPPED_FREE_LIST, ORDER_MIXED_FREE_TIMES)
+
 REQUIRED = (
     "prefix: all empty",
     "prefix: mixed empty and non-empty",
@@ -43,6 +50,7 @@ REQUIRED = (
     "paged: merge before alloc_decode (need_sort)",
     "paged: several finishes in one decode free group",
     "extend: allocation evicts from the tree",
+    *ORDER_CLASSES,
 )
 NIGHTLY_EXTRA = ("page size 64", "batch size over 64")
 

@@ -47,9 +47,9 @@ def current_shape() -> Shape:
 class Template:
     name: str
     caches: tuple[str, ...] = ("radix", "chunk")  # chunk: the radix cache disabled
-    chunk: str = "maybe"  # never | maybe | small | unaligned
-    kv: str = "roomy"  # roomy | tight | decode (just the prompts: decodes run short and retract)
-    rows: str = "roomy"  # roomy | tight
+    chunk: str = "maybe"  # never | maybe | small | unaligned | pages (maybe, at least a page)
+    kv: str = "roomy"  # roomy | tight | decode (just the prompts: decodes run short and retract) | warm (less than all)
+    rows: str = "roomy"  # roomy | tight (2) | warm (a few)
     long_prompts: bool = False
     logprobs: bool = False
     repeats: bool = False
@@ -59,6 +59,10 @@ class Template:
     need_sort: str = "maybe"  # maybe | always
     paged: bool = False  # page sizes > 1 only
     ops: tuple[str, ...] = ("extend", "extend", "decode", "finish", "retract", "evict")
+    # A warm-up of random traffic before the scenario proper (requests w0, w1, ...): admissions,
+    # finishes in scrambled order, retractions and evictions leave the rows, the pages and the
+    # tree as a long-running server has them. Ordinary steps: every world plays them, they shrink.
+    warmup: bool = False
 
 
 TEMPLATES = (
@@ -82,6 +86,8 @@ TEMPLATES = (
     # merge rules, several paged finishes in one free group, allocations that evict from the tree.
     Template("free-page churn", caches=("radix",), chunk="never", kv="tight", repeats=True, need_sort="always",
              paged=True, ops=("extend", "extend", "finish", "finish", "decode", "evict")),
+    # Production-shaped state: a churned pool, then free-form traffic with few rows.
+    Template("warm start", chunk="pages", kv="warm", rows="warm", repeats=True, warmup=True),
 )
 
 
@@ -199,23 +205,73 @@ def _steps(draw, template: Template, rids: list[str], shape: Shape) -> tuple:
     return tuple(steps)
 
 
+_WARMUP_MAX_NEW = st.sampled_from((2, 3, 4, 64))
+WARMUP_PREFIX = "w"  # warm-up requests are w0, w1, ...
+
+
+def _warmup(draw: Any, shape: Shape, prompts: list[tuple[int, ...]], rows: int) -> tuple[list[RequestSpec], list]:
+    """A warm-up of random traffic: requests ``w0, w1, ...`` (each a cut of one of the scenario's
+    ``prompts`` plus tokens of its own, so the tree fills and splits, and the scenario's requests
+    later match prefixes whose pages were handed out in a churned order), admitted in scrambled
+    order and in groups, finished in scrambled order, some retracted and re-admitted, the tree
+    evicted now and then. What it leaves behind is a churned pool: free rows and free pages out of
+    order, rows freed at different times. More requests than ``rows`` (the pool's), admitted no
+    more than the free rows take, so every row is given out, back and out again."""
+    count = draw(st.integers(rows + 1, 2 * rows), label="warm-up requests")
+    requests = []
+    for i in range(count):
+        base = _pick(draw, prompts)
+        keep = draw(st.integers(0, len(base)))
+        tokens = base[:keep] + token_run(900_000 + 1_000 * i, draw(st.integers(0 if keep else 1, shape.max_prompt // 2)))
+        requests.append(RequestSpec(f"{WARMUP_PREFIX}{i}", tokens, max_new_tokens=draw(_WARMUP_MAX_NEW)))
+    pending = list(draw(st.permutations([r.rid for r in requests])))
+    running: list[str] = []
+    steps: list = []
+    # Every round finishes at least one request for good, so the warm-up ends.
+    while pending:
+        take = draw(st.integers(1, min(len(pending), rows - len(running))))
+        steps.append(Extend(tuple(pending[:take])))
+        running, pending = running + pending[:take], pending[take:]
+        if draw(st.booleans()):
+            steps.append(Decode())
+        finish = tuple(draw(st.permutations(running))[: draw(st.integers(1, len(running)))])
+        running = [rid for rid in running if rid not in finish]
+        steps.append(Decode(finish=finish))
+        extra = draw(st.sampled_from(("none", "none", "retract", "evict")))
+        if extra == "retract" and running:
+            rid = _pick(draw, running)
+            running.remove(rid)
+            pending.append(rid)
+            steps.append(Retract(rid))
+        elif extra == "evict":
+            steps.append(Evict(draw(st.integers(1, 64))))
+    return requests, steps
+
+
 def _chunk_size(draw, template: Template, cache: str, ps: int, prompts) -> int | None:
     if template.chunk == "never":
         return None
-    if template.chunk == "maybe" and draw(st.booleans()):
+    if template.chunk in ("maybe", "pages") and draw(st.booleans()):
         return None
     if template.long_prompts:
         return draw(st.integers(513, 560))
     if template.chunk == "unaligned" and ps > 1:
         return draw(st.integers(1, 3)) * ps + draw(st.integers(1, ps - 1))
+    if template.chunk == "pages":  # at least a page: a smaller budget admits nothing at all
+        return draw(st.integers(1, 3)) * ps + draw(st.integers(0, ps - 1))
     longest = max(len(p) for p in prompts)
     return draw(st.integers(1, max(1, min(24, longest))))
 
 
-def _kv_slots(draw, template: Template, ps: int, prompts, steps: int) -> int:
+def _kv_slots(draw, template: Template, ps: int, prompts, steps: int, rows: int) -> int:
     need = sum(len(p) + steps + ps for p in prompts)
     if template.kv == "tight":
         need = draw(st.integers(max(ps, need // 4), max(ps, need // 2 + ps)))
+    elif template.kv == "warm":
+        # Enough for every row to hold the longest prompt (a prefill does not run out; decodes that
+        # outgrow it retract), far less than all the traffic: the tree gives pages back, and the
+        # free list is used round and round.
+        need = rows * (max(len(p) for p in prompts) + 2 * ps)
     elif template.kv == "decode":
         # Room for the prompts (page-rounded) and a few decode pages: decodes soon run short.
         prompts_need = sum(-(-len(p) // ps) * ps for p in prompts)
@@ -239,6 +295,11 @@ def scenarios(draw, shape: Shape | None = None, templates: tuple[Template, ...] 
     rids = [f"r{i}" for i in range(n)]
     drawn = [_request(draw, rid, tokens, template) for rid, tokens in zip(rids, prompts)]
     steps = draw(_steps(template, rids, shape))
+    warm_rows = draw(st.integers(3, 6), label="pool rows") if template.warmup else 0
+    if template.warmup:
+        warm, warm_steps = _warmup(draw, shape, prompts, warm_rows)
+        drawn, steps = warm + drawn, tuple(warm_steps) + steps
+        prompts = [r.tokens for r in warm] + prompts
     first_seen: dict[str, int] = {}
     for i, step in enumerate(steps):
         for rid in getattr(step, "admit", ()):
@@ -247,11 +308,16 @@ def scenarios(draw, shape: Shape | None = None, templates: tuple[Template, ...] 
         RequestSpec(r.rid, r.tokens, first_seen.get(r.rid, 0), r.return_logprob, r.logprob_start_len, r.max_new_tokens, r.extra_key)
         for r in drawn
     )
-    rows = 2 if template.rows == "tight" else n + draw(st.integers(1, 3))
+    if template.rows == "tight":
+        rows = 2
+    elif template.rows == "warm":
+        rows = warm_rows  # few: rows come back and go out again, in a churned order
+    else:
+        rows = n + draw(st.integers(1, 3))
     geometry = Geometry(
         pool_rows=rows,
         max_context_len=max(len(p) for p in prompts) + len(steps) + 2,
-        kv_slots=_kv_slots(draw, template, ps, prompts, len(steps)),
+        kv_slots=_kv_slots(draw, template, ps, prompts, len(steps), rows),
         page_size=ps,
         need_sort=template.need_sort == "always" or draw(st.booleans(), label="need_sort"),
     )

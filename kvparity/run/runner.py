@@ -12,6 +12,7 @@ from kvparity.engine.snapshot import Snapshot, take_snapshot
 from kvparity.engine.world import build_world
 from kvparity.judge.compare import RENUMBERED_BETWEEN_RELEASES, Difference, compare, known_between
 from kvparity.judge.oracles import STALE_ROW_DEFECT, Violation, check_stage, stale_row_defects, violations
+from kvparity.judge.order import order_classes
 from kvparity.judge.renumber import DIVERGENT, renumbering_verdict
 from kvparity.kernels import runtime
 from kvparity.model.classes import classify
@@ -163,9 +164,12 @@ def run_scenario(
             break
         lockstep.play(index, step)
     result = lockstep.result
+    ordered = lockstep.reference_stages
     if lane is not None and (result.ok or real_reference):
-        compare_real(lockstep, lane, oracles=oracles, real_reference=real_reference, only=only)
-    result.classes = classify(scenario, result.records)
+        real_stages = compare_real(lockstep, lane, oracles=oracles, real_reference=real_reference, only=only)
+        ordered = real_stages if real_stages is not None else ordered
+    # Order classes from the reference's snapshots: the real reference's when there is one.
+    result.classes = classify(scenario, result.records) | order_classes(ordered, scenario.geometry.page_size)
     return result
 
 
@@ -175,10 +179,10 @@ def off_path_step(records: list[StageRecord]) -> int | None:
 
 
 def compare_real(lockstep: Lockstep, lane: Any, *, oracles: bool, real_reference: bool,
-                 only: frozenset[str] | None = None) -> None:
+                 only: frozenset[str] | None = None) -> list[Snapshot] | None:
     """Play the lane's real worlds (those in ``only``, and the reference) up to the off-path step
     and compare them, stage by stage, with the reference (the modelled reference, or the lane's
-    first world)."""
+    first world). Returns the real reference's stages (None: the reference is modelled, or failed)."""
     result = lockstep.result
     stop = off_path_step(result.records)
     ids = [w for i, w in enumerate(lane.ids) if only is None or str(w) in only or (real_reference and i == 0)]
@@ -191,7 +195,7 @@ def compare_real(lockstep: Lockstep, lane: Any, *, oracles: bool, real_reference
         ref = played[str(ref_id)]
         if not isinstance(ref, list):
             result.divergences.append(Difference(str(ref_id), str(ref_id), "real SGLang failed", ref.line()))
-            return
+            return None
         for snap in ref:
             lockstep._upstream_defects(str(ref_id), snap)
     else:
@@ -208,6 +212,7 @@ def compare_real(lockstep: Lockstep, lane: Any, *, oracles: bool, real_reference
                 result.violations += violations(name, check_stage(result.scenario, before, after))
         if world != ref_id:
             _compare_stages(result, ref_id, ref, world, got)
+    return ref if real_reference else None
 
 
 def _renumbered_between_releases(result: RunResult, ref_id: WorldId, ref: list[Snapshot], world: WorldId,

@@ -48,6 +48,18 @@ REAL_MUTANTS: tuple[RealMutant, ...] = (
     RealMutant("last-loc-first-element", "last_loc is taken from the prefix's first element, not its last",
                _P1, "sglang/srt/managers/schedule_batch.py",
                "r.prefix_indices[-1:]\n", "r.prefix_indices[:1]\n", **_AGAINST),
+    # Order assumed (issue 25): right on a fresh pool, wrong on a long-running server's.
+    RealMutant("rows-deduplicated-for-the-write",
+               "the batch's rows are de-duplicated (a set, sorted) before the write: rows assumed ascending",
+               _P1, "sglang/srt/managers/schedule_batch.py",
+               "req_pool_indices_tensor = torch.tensor(req_pool_indices, dtype=torch.int64).to(",
+               "req_pool_indices_tensor = torch.tensor(sorted(set(req_pool_indices)), dtype=torch.int64).to(",
+               **_AGAINST),
+    RealMutant("prefix-read-as-first-plus-offset",
+               "write_req_to_token_pool_triton writes a prefix as its first slot plus an offset: pages assumed contiguous",
+               _P1, "sglang/srt/managers/schedule_batch.py",
+               "value = tl.load(prefix_tensor + offset, mask=mask)", "value = tl.load(prefix_tensor) + offset",
+               **_AGAINST),
 )
 _MEM = "sglang/srt/mem_cache"
 # The 0.5.22+ generation (prefix_len): one checked against the release itself, one whose Python

@@ -65,6 +65,22 @@ _PART2_PREVIOUS = """    prev = tl.maximum(pid - 1, 0)
     prev_pages = tl.where(pid > 0, (prev_seq + page_size - 1) // page_size - (prev_pre + page_size - 1) // page_size, 0)
     page = tl.load(free_page_ptr + first_page - prev_pages + k // page_size, mask=part2, other=0)"""
 
+# Order assumed (issue 25): right on a fresh pool, wrong on a server's churned one.
+# The prefix's slots taken as its first slot plus an offset (pages assumed contiguous), both backends.
+_PREFIX_CONTIGUOUS = (
+    Edit(_WRITE, "        slots = tl.load(prefix + offsets, mask=mask)\n",
+         "        slots = tl.load(prefix) + offsets\n"),
+    Edit(_WRITE, "req_to_token[row, :pre] = prefix[:pre].to(device=req_to_token.device, dtype=torch.int32)",
+         "req_to_token[row, :pre] = (prefix[0] + torch.arange(pre)).to(device=req_to_token.device, dtype=torch.int32)"),
+)
+# A request's new slots taken as its first new slot plus an offset (the free list assumed in order).
+_NEW_SLOTS_CONTIGUOUS = (
+    Edit(_WRITE, "        slots = tl.load(out_cache_loc + out_start + offsets, mask=mask)\n",
+         "        slots = tl.load(out_cache_loc + out_start) + offsets\n"),
+    Edit(_WRITE, "req_to_token[row, pre:seq] = out_cache_loc[start : start + seq - pre].to(torch.int32)",
+         "req_to_token[row, pre:seq] = (out_cache_loc[start : start + 1] + torch.arange(seq - pre)).to(torch.int32)"),
+)
+
 MUTANTS: tuple[Mutant, ...] = (
     _one("chunk-cache-int32-view",
          "the refactored chunk cache hands out the int32 view of the row (what the refactor fixed)",
@@ -112,6 +128,17 @@ MUTANTS: tuple[Mutant, ...] = (
     _one("alloc-part2-previous-first-page", "alloc_extend part 2 starts at the previous request's first new page",
          "kernels/alloc_extend.py",
          "    page = tl.load(free_page_ptr + first_page + k // page_size, mask=part2, other=0)", _PART2_PREVIOUS),
+    _one("rows-deduplicated-before-write",
+         "the rows are de-duplicated (torch.unique, which also sorts them) before the write: rows assumed ascending",
+         _BATCH, "req_pool_indices = torch.tensor(rows, dtype=torch.int64, device=self.device)",
+         "req_pool_indices = torch.unique(torch.tensor(rows, dtype=torch.int64, device=self.device))"),
+    Mutant("prefix-assumed-contiguous", "a prefix is written as its first slot plus an offset: pages assumed contiguous",
+           _PREFIX_CONTIGUOUS),
+    Mutant("new-slots-assumed-contiguous",
+           "a request's new slots are its first new slot plus an offset: the free list assumed in order",
+           _NEW_SLOTS_CONTIGUOUS),
+    _one("last-loc-from-first-slot", "last_loc is the prefix's first slot plus its length: pages assumed contiguous",
+         _BATCH, "p[-1:].to(device) if len(p) > 0", "(p[:1] + len(p) - 1).to(device) if len(p) > 0"),
 )
 
 BY_NAME: dict[str, Mutant] = {m.name: m for m in MUTANTS}

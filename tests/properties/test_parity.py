@@ -44,7 +44,7 @@ def _minimal_on_final_replay(scenario: Scenario, result):
     if not current_build_context().is_final:
         return result
     kind = failure_kind(result)
-    smallest = minimize(scenario, lambda s: failure_kind(run_scenario(s)) == kind)
+    smallest = minimize(scenario, lambda s: failure_kind(run_scenario(s)) == kind).scenario
     return run_scenario(smallest) if smallest != scenario else result
 
 
