@@ -1,12 +1,16 @@
 """How production-shaped kvparity's batches are (issue 25, "measure first"): over the scenarios the
 default ``kvparity check`` plays (the same derandomized draws, ``ci`` profile), how many extend and
 decode batches have request rows that are not ascending in batch order, a request whose KV pages
-are not contiguous, or a free list that is not in ascending order when the batch allocates. A
-long-running server's batches have all three most of the time.
+are not contiguous, or a free list that is not in ascending order when the batch allocates; and
+how many scenarios reach each order class (``kvparity.judge.order``). A long-running server's
+batches have all of these most of the time. Every figure is printed twice: over every scenario,
+and over those of the templates other than "warm start" (which draw what the check drew before).
 
-    python scripts/order_rates.py [--examples 880] [--seed S]
+    python scripts/order_rates.py [--examples N] [--seed S] [--sglang 0.5.3.post1 --against 0.5.3]
 
-Measured on the reference world (legacy on torch): every world plays the same scenarios.
+Measured on the reference world (legacy on torch): every world plays the same scenarios. With
+``--sglang``, the order classes are also counted as real SGLang reached them (a real-reference run
+reads them from the real reference's snapshots), on the torch backend.
 """
 
 from __future__ import annotations
@@ -79,6 +83,10 @@ def report(title: str, counts: Counter) -> None:
                           ("a request's slots not contiguous (page size 1)", total - paged)):
             n = counts[f"{kind}: {shape}"]
             print(f"  {shape}: {n} of {of} ({100 * n / max(of, 1):.1f}%)")
+    print_classes(counts)
+
+
+def print_classes(counts: Counter) -> None:
     print("scenarios reaching each order class:")
     for name in ORDER_CLASSES:
         n = counts[f"class: {name}"]
@@ -87,24 +95,45 @@ def report(title: str, counts: Counter) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--examples", type=int, default=880)
+    parser.add_argument("--examples", type=int, default=None, help="default: the check's own (880; 440 with --sglang)")
     parser.add_argument("--seed", type=int, default=None)
+    parser.add_argument("--sglang", metavar="RELEASE", help="also count the classes real SGLang reaches (torch backend)")
+    parser.add_argument("--against", metavar="RELEASE", help="with --sglang: the real reference")
     args = parser.parse_args(argv)
+    if bool(args.sglang) != bool(args.against):
+        parser.error("--sglang and --against go together")
     profiles.load("ci")
     every, cold = Counter(), Counter()
+    real_every, real_cold = Counter(), Counter()
     play = runner.run_scenario
 
     def measured(scenario: Scenario, *a, **k):  # the sweep's own draws, measured as they are played
         measure(scenario, every)
         if not warmed(scenario):
             measure(scenario, cold)
-        return play(scenario, *a, **k)
+        result = play(scenario, *a, **k)
+        if args.sglang:  # the classes of a real-reference run come from real SGLang's own snapshots
+            for counts in (real_every,) if warmed(scenario) else (real_every, real_cold):
+                counts["scenarios"] += 1
+                counts.update(f"class: {name}" for name in result.classes & set(ORDER_CLASSES))
+        return result
 
     sweep.run_scenario = measured  # type: ignore[assignment]
-    sweep.check_repository(REFERENCE, args.examples, args.seed, finding_budget_s=0)
+    if args.sglang:
+        from kvparity.engine.real.lane import RealLane
+
+        with RealLane([args.against, args.sglang], ("torch",)) as lane:
+            sweep.check_repository(REFERENCE, args.examples or 440, args.seed, lane=lane, real_reference=True,
+                                   finding_budget_s=0)
+    else:
+        sweep.check_repository(REFERENCE, args.examples or 880, args.seed, finding_budget_s=0)
     report("every scenario (the default check's draws, ci profile)", every)
     # The other templates draw what they drew before the warm start was added: this is "before".
     report("without the warm-start template (the scenarios of the check before it)", cold)
+    if args.sglang:
+        for title, counts in (("every scenario", real_every), ("without the warm-start template", real_cold)):
+            print(f"== real SGLang {args.sglang} against {args.against}, {title}: {counts['scenarios']} scenarios")
+            print_classes(counts)
     return 0
 
 
