@@ -13,9 +13,12 @@ int64 prefixes with ``numel == prefix_len``, ``0 <= row < rows``, ``prefix_len <
 ``sum(extend_lens) == out_cache_loc.numel()``), holds distinct slots that fit the int32 table, and
 mixes the situations section 8 is about: distinct rows in non-identity order, empty and non-empty
 prefixes, lengths crossing the 512-token block, prefixes that end inside a page (paged
-``alloc_extend``). Batches reach production shapes (``KernelShape``, per Hypothesis profile): past
-every request block of the kernels (256, 512; nightly 8,192 requests), slots up to 2**31 - 1, page
-sizes 1 to 256.
+``alloc_extend``). A target with a table gets batches in production order, as a long-running
+server has them (issue 25): rows as a churned free list hands them out, prefixes laid out in
+pages of 1, 16 or 64 slots (``LAYOUT_PAGE_SIZES``, which the target does not see) from scattered
+pages, mostly ending inside a page, the new tokens filling the last page first. Batches reach
+production shapes (``KernelShape``, per Hypothesis profile): past every request block of the
+kernels (256, 512; nightly 8,192 requests), slots up to 2**31 - 1, page sizes 1 to 256.
 """
 
 from __future__ import annotations
@@ -41,6 +44,11 @@ FILLER_NOTE = ("note: req_to_token cells outside any request's prefix hold 1,000
                "(row * width + col), so a read from the wrong cell names the cell it read")
 INT32_MAX = 2**31 - 1  # req_to_token is int32: every slot, however it is passed, must fit
 PAGE_SIZES = KERNEL_PAGE_SIZES  # alloc_extend: 1, 2, 4, ..., 256
+# The page sizes the slots of a target without one (it sees every slot on its own) are laid out in:
+# servers often run SGLang's paged allocator at 16 or 64 (some attention backends need pages), so
+# its prefixes are runs of that many slots from scattered pages. Only the slots change, never an
+# argument; 1 (every slot its own page) is where shrinking goes.
+LAYOUT_PAGE_SIZES = (1, 16, 64)
 # What a wrong cell holds, when it holds a sentinel: never written, or read out of bounds.
 _CELL_NOTES = {POISON: "POISON: never written", GUARD: "GUARD value: read out of bounds"}
 
@@ -143,19 +151,11 @@ class KernelBatch:
 
     def new_slots(self) -> list[int]:
         """The slots this batch's new tokens get: ``out_cache_loc``, or for alloc_extend what SPEC
-        section 1 allocates (worked out here position by position, for coverage and shrinking)."""
+        section 1 allocates (``paged_new_slots``: for coverage and shrinking)."""
         if self.spec.new_slots != "allocated":
             return list(self.out_cache_loc)
-        ps, slots, first = self.page_size, [], 0
-        for pre, seq, last, pages in zip(self.prefix_lens, self.seq_lens, self.last_loc, self.new_pages()):
-            old_end = -(-pre // ps) * ps
-            for pos in range(pre, seq):
-                if pos < old_end:
-                    slots.append(last + 1 + pos - pre)
-                else:
-                    slots.append(self.free_pages[first + pos // ps - old_end // ps] * ps + pos % ps)
-            first += pages
-        return slots
+        return paged_new_slots(self.prefix_lens, list(self.seq_lens), self.last_loc, list(self.free_pages),
+                               self.page_size)
 
     @property
     def largest_slot(self) -> int:
@@ -200,6 +200,23 @@ class KernelBatch:
         if self.spec.new_slots == "allocated":
             lines.append(f"  last_loc {self.last_loc}; free_pages ({len(self.free_pages)}): {_abbrev(self.free_pages)}")
         return "\n".join(lines)
+
+
+def paged_new_slots(prefix_lens: list[int], seq_lens: list[int], last_loc: list[int], pages: list[int],
+                    page_size: int) -> list[int]:
+    """The slots a paged allocator gives new tokens (SPEC section 1): each request first fills the
+    rest of its prefix's last page (after ``last_loc``), then takes whole pages from ``pages`` in
+    order. At page size 1 that is ``pages`` itself, one slot per new token."""
+    ps, slots, first = page_size, [], 0
+    for pre, seq, last in zip(prefix_lens, seq_lens, last_loc):
+        old_end = -(-pre // ps) * ps
+        for pos in range(pre, seq):
+            if pos < old_end:
+                slots.append(last + 1 + pos - pre)
+            else:
+                slots.append(pages[first + pos // ps - old_end // ps] * ps + pos % ps)
+        first += -(-seq // ps) - old_end // ps
+    return slots
 
 
 def _abbrev(values: tuple[int, ...], keep: int = 6) -> str:
@@ -321,22 +338,72 @@ def _rare(draw: st.DrawFn, one_in: int) -> bool:
 @st.composite
 def _length(draw: st.DrawFn, minimum: int, shape: KernelShape, page_size: int) -> int:
     """A prefix or extend length: mostly short; sometimes long enough to cross the column blocks;
-    with pages (alloc_extend), often whole pages plus an offset that is 0, 1, or near the page end."""
+    with pages, often whole pages plus an offset that is 0, 1, or near the page end."""
     if _rare(draw, 8):
-        low, high = draw(st.sampled_from(shape.long_lengths))
-        return draw(st.integers(low, high))
+        return draw(_long_length(shape))
     if page_size > 1 and draw(st.booleans()):
-        offset = draw(st.sampled_from(sorted({0, 1, page_size // 2, page_size - 1})))
-        return max(minimum, draw(st.integers(0, 2)) * page_size + offset)
+        return max(minimum, draw(_in_pages(page_size, 2)))
     return draw(st.integers(minimum, 12))
 
 
 @st.composite
-def _shape(draw: st.DrawFn, shape: KernelShape, page_size: int,
-           size: str | tuple[int, int]) -> tuple[list[int], list[int], list[int], int, int]:
+def _layout_prefix_length(draw: st.DrawFn, shape: KernelShape, layout: int) -> int:
+    """A prefix laid out in pages of ``layout`` slots that the target does not see: a server's
+    prefixes are long, so it spans up to 4 pages (scattered ones) and mostly ends inside one;
+    sometimes long enough to cross the column blocks. At layout 1, a short or a long one."""
+    if layout == 1:
+        return draw(_length(1, shape, 1))
+    if _rare(draw, 8):
+        return draw(_long_length(shape))
+    return max(1, draw(_in_pages(layout, 4)))
+
+
+@st.composite
+def _long_length(draw: st.DrawFn, shape: KernelShape) -> int:
+    low, high = draw(st.sampled_from(shape.long_lengths))
+    return draw(st.integers(low, high))
+
+
+@st.composite
+def _in_pages(draw: st.DrawFn, page_size: int, most_pages: int) -> int:
+    """Up to ``most_pages`` whole pages and an offset of 0, 1, half a page or a page less one."""
+    offset = draw(st.sampled_from(sorted({0, 1, page_size // 2, page_size - 1})))
+    return draw(st.integers(0, most_pages)) * page_size + offset
+
+
+@st.composite
+def _churned_rows(draw: st.DrawFn, pool_rows: int, bs: int) -> list[int]:
+    """``bs`` distinct rows of ``pool_rows`` as a churned free list hands them out. SGLang's
+    ``ReqToTokenPool`` pops rows from the head of its free list and appends freed rows at its tail,
+    so after a while a batch is runs of rows that were freed together: ascending within a run,
+    jumping between runs (the runs' row blocks in an order other than the batch's). Drawn as up to
+    5 cuts of the batch, an order of the blocks and the pool's unused rows; a fresh pool (now and
+    then, and where shrinking goes) hands out ascending rows."""
+    churned = bs > 1 and draw(st.integers(0, 15)) > 0
+    cuts = draw(st.lists(st.integers(1, bs - 1), min_size=1, max_size=min(5, bs - 1), unique=True)) if churned else []
+    bounds = [0, *sorted(cuts), bs]
+    runs = [hi - lo for lo, hi in zip(bounds, bounds[1:])]  # their lengths, in batch order
+    blocks = draw(st.permutations(range(len(runs))))  # blocks[i]: the rank of run i's block of rows
+    if churned and blocks == sorted(blocks):  # the fresh order (where the permutation shrinks to)
+        blocks = blocks[::-1]
+    starts, at = [0] * len(runs), 0
+    for run in sorted(range(len(runs)), key=blocks.__getitem__):
+        starts[run], at = at, at + runs[run]
+    unused = set(draw(st.lists(st.integers(0, pool_rows - 1), min_size=pool_rows - bs, max_size=pool_rows - bs,
+                               unique=True)))  # rows other requests hold (or free further back)
+    kept = [row for row in range(pool_rows) if row not in unused]
+    return [kept[start + k] for start, length in zip(starts, runs) for k in range(length)]
+
+
+@st.composite
+def _shape(draw: st.DrawFn, shape: KernelShape, page_size: int, size: str | tuple[int, int],
+           layout: int | None = None) -> tuple[list[int], list[int], list[int], int, int]:
     """Rows (distinct, scrambled), prefix lens (empty ones mixed in), seq lens, pool rows, width.
     ``size``: "narrow" (small or medium batches), "any" (a wide one now and then too), or a
-    (low, high) range of wide batch sizes."""
+    (low, high) range of wide batch sizes. ``layout``: for a target with a table, the page size
+    its slots are laid out in; its small and medium batches are in production order
+    (``_production_requests``). None for one without (alloc_extend: its rows play no part, and
+    its prefixes are in its own pages already)."""
     if isinstance(size, tuple):
         return draw(_wide_shape(shape, page_size, size))
     if size == "any" and _rare(draw, shape.wide_one_in):
@@ -344,11 +411,27 @@ def _shape(draw: st.DrawFn, shape: KernelShape, page_size: int,
     low, high = shape.medium if _rare(draw, shape.medium_one_in) else shape.small
     bs = draw(st.integers(low, high))
     pool_rows = bs + draw(st.integers(0, 3))
-    rows = draw(st.permutations(range(pool_rows)))[:bs]
-    prefix_lens = [0 if draw(st.booleans()) else draw(_length(1, shape, page_size)) for _ in range(bs)]
-    seq_lens = [pre + draw(_length(1, shape, page_size)) for pre in prefix_lens]
+    if layout is None:
+        rows = draw(st.permutations(range(pool_rows)))[:bs]
+        prefix_lens = [0 if draw(st.booleans()) else draw(_length(1, shape, page_size)) for _ in range(bs)]
+        seq_lens = [pre + draw(_length(1, shape, page_size)) for pre in prefix_lens]
+    else:
+        rows, prefix_lens, seq_lens = draw(_production_requests(shape, pool_rows, bs, layout))
     width = max(seq_lens) + draw(st.integers(0, 3))
     return rows, prefix_lens, seq_lens, pool_rows, width
+
+
+@st.composite
+def _production_requests(draw: st.DrawFn, shape: KernelShape, pool_rows: int, bs: int,
+                         layout: int) -> tuple[list[int], list[int], list[int]]:
+    """Rows, prefix lens and seq lens as a long-running server has them: rows as its churned free
+    list hands them out, a prefix for two requests in three (most hit its cache), prefixes in
+    pages of ``layout`` slots that span several pages and mostly end inside one."""
+    rows = draw(_churned_rows(pool_rows, bs))
+    prefix_lens = [0 if draw(st.integers(0, 2)) == 2 else draw(_layout_prefix_length(shape, layout))
+                   for _ in range(bs)]
+    seq_lens = [pre + draw(_length(1, shape, layout)) for pre in prefix_lens]
+    return rows, prefix_lens, seq_lens
 
 
 @st.composite
@@ -407,31 +490,35 @@ def kernel_batches(draw: st.DrawFn, target: str, shape: KernelShape | None = Non
     (``kvparity.candidate.check`` plays each of ``shape.wide`` a fixed number of times). What the batch
     holds besides requests follows ``target``'s record: page sizes and free pages for an
     allocating target, ``out_cache_loc`` for one given its slots, slots clear of the filler for
-    one that reads the table."""
+    one that reads the table; for one with a table, slots laid out in pages of a drawn
+    ``LAYOUT_PAGE_SIZES`` and small and medium batches in production order."""
     if target not in TARGETS:
         raise ValueError(f"kernel_batches: target {target!r} is not one of {TARGETS}")
     spec = lookup(target)
     shape = shape or kernel_shape()
     page_size = draw(st.sampled_from(shape.page_sizes)) if spec.paged else 1
-    rows, prefix_lens, seq_lens, pool_rows, width = draw(_shape(shape, page_size, size))
-    prefix_pages = [_pages_for(p, page_size) for p in prefix_lens]
-    new_pages = sum(_pages_for(s, page_size) for s in seq_lens) - sum(prefix_pages)
+    layout = page_size if spec.paged else draw(st.sampled_from(LAYOUT_PAGE_SIZES))
+    has_table = spec.table is not None
+    rows, prefix_lens, seq_lens, pool_rows, width = draw(_shape(shape, page_size, size, layout if has_table else None))
+    prefix_pages = [_pages_for(p, layout) for p in prefix_lens]
+    new_pages = sum(_pages_for(s, layout) for s in seq_lens) - sum(prefix_pages)
     spare = draw(st.integers(0, 3))
     pages = _scatter(sum(prefix_pages) + new_pages + spare, draw(st.integers(0, 10**6)), draw(st.integers(0, 10**6)))
     span = _next_prime(len(pages) + 1)  # _scatter's ids lie in 1 .. span
     filler = (FILLER_BASE, FILLER_BASE + pool_rows * width) if spec.table == "input" else (0, 0)
-    base = draw(_page_base(span, page_size, filler))
+    base = draw(_page_base(span, layout, filler))
     pages = [base + p for p in pages]
     prefixes, used = [], 0
     for pre, npages in zip(prefix_lens, prefix_pages):
         own = pages[used : used + npages]
-        prefixes.append(tuple(own[j // page_size] * page_size + j % page_size for j in range(pre)))
+        prefixes.append(tuple(own[j // layout] * layout + j % layout for j in range(pre)))
         used += npages
     rest = pages[used:]
     out_cache_loc: tuple[int, ...] = ()
     free_pages: tuple[int, ...] = ()
-    if spec.new_slots == "given":
-        out_cache_loc = tuple(rest[: sum(s - p for s, p in zip(seq_lens, prefix_lens))])
+    if spec.new_slots == "given":  # as the paged allocator gave them: the prefix's last page first
+        last_loc = [p[-1] if p else -1 for p in prefixes]
+        out_cache_loc = tuple(paged_new_slots(prefix_lens, seq_lens, last_loc, rest, layout))
     elif spec.new_slots == "allocated":
         free_pages = tuple(rest)
     return KernelBatch(target, tuple(rows), tuple(prefixes), tuple(seq_lens), pool_rows, width,

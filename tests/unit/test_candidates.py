@@ -123,6 +123,17 @@ def test_row_by_position_needs_scrambled_rows(sandbox):
     assert list(batch.rows) != list(range(batch.bs)), batch.describe()
 
 
+def test_prefix_taken_for_one_run_is_caught_by_scattered_pages(sandbox):
+    """Issue 25: a prefix whose first two slots are consecutive is not one run when its pages are
+    scattered. Slots scattered one by one (or all contiguous) never show it, and the old draws
+    hardly ever had anything else (not in 25 batches); prefixes in page runs from scattered pages,
+    as a paged allocator hands them out, do."""
+    result = check("write_cache_indices", fixture("wci_prefix_one_run"), sandbox)
+    assert result.fault_kind == "wrong_result", result.report()
+    prefix = max(result.counterexample.prefixes, key=len)
+    assert prefix[1] == prefix[0] + 1 and list(prefix) != list(range(prefix[0], prefix[0] + len(prefix))), prefix
+
+
 # Each shrink call on a hang or a crash costs a timeout or a worker restart: a short budget. The
 # check after it plays wide batches too, so it uses a quick (torch) candidate.
 def test_hang_is_a_timeout_and_kvparity_goes_on(sandbox):
