@@ -12,6 +12,7 @@ import torch
 
 from kvparity.cli.main import main
 from kvparity.model import profiles
+from kvparity.model.strategies import TEMPLATES
 from kvparity.refactored import schedule_batch
 
 
@@ -25,11 +26,12 @@ def keep_the_suites_profile():
 
 def test_parity_exits_0_and_writes_the_verdict(tmp_path, capsys):
     out = tmp_path / "verdict.json"
-    assert main(["check", "--examples", "20", "--backend", "torch", "--json", str(out)]) == 0
+    examples = 2 * len(TEMPLATES)  # two per template
+    assert main(["check", "--examples", str(examples), "--backend", "torch", "--json", str(out)]) == 0
     printed = capsys.readouterr().out
     assert "legacy/torch vs refactored/torch" in printed and "verdict: PARITY" in printed
     verdict = json.loads(out.read_text())
-    assert verdict["verdict"] == "parity" and verdict["scenarios"] == 20 and verdict["counterexample"] is None
+    assert verdict["verdict"] == "parity" and verdict["scenarios"] == examples and verdict["counterexample"] is None
     assert verdict["worlds"] == ["legacy/torch", "refactored/torch"]
 
 

@@ -7,6 +7,7 @@ import pytest
 
 from kvparity.cli.main import main
 from kvparity.model import profiles
+from kvparity.model.strategies import TEMPLATES
 
 
 @pytest.mark.parametrize(
@@ -93,6 +94,7 @@ def test_templates_split_into_shards_give_one_job_and_two_the_same_verdict_and_c
     assert plan.tasks()[:3] == [(0, 0), (0, 1), (1, 0)] and plan.seed(0, 0) != plan.seed(0, 1)
     assert [plan.examples(s) for s in (0, 1)] == [2, 2]
     worlds = (("legacy", "torch"), ("refactored", "torch"))
-    one = check_repository(worlds, 40, 7, jobs=1, shard_size=2)
-    two = check_repository(worlds, 40, 7, jobs=2, shard_size=2)
-    assert (one.verdict, one.scenarios) == (two.verdict, two.scenarios) == ("parity", 40)
+    examples = 4 * len(TEMPLATES)
+    one = check_repository(worlds, examples, 7, jobs=1, shard_size=2)
+    two = check_repository(worlds, examples, 7, jobs=2, shard_size=2)
+    assert (one.verdict, one.scenarios) == (two.verdict, two.scenarios) == ("parity", examples)

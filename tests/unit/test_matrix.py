@@ -8,6 +8,7 @@ import pytest
 
 from kvparity.cli.main import main
 from kvparity.cli.matrix import _pairs
+from kvparity.model.strategies import TEMPLATES
 
 
 def test_pairs_are_each_release_against_the_one_before_or_against_the_base():
@@ -32,4 +33,4 @@ def test_the_refactor_release_pair_is_exact(tmp_path, capsys):
     assert "exact" in capsys.readouterr().out
     (pair,) = json.loads(out.read_text())["pairs"]
     assert (pair["reference"], pair["other"], pair["verdict"]) == ("sglang-0.5.3/torch", "sglang-0.5.3.post1/torch", "exact")
-    assert pair["scenarios"] == 20
+    assert pair["scenarios"] == 2 * len(TEMPLATES)  # --examples is per template

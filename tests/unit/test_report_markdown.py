@@ -17,6 +17,7 @@ from kvparity.model import profiles
 from kvparity.model.classes import REQUIRED
 from kvparity.model.records import StageRecord
 from kvparity.model.scenario import Extend, RequestSpec, Scenario
+from kvparity.model.strategies import TEMPLATES
 from kvparity.model.worlds import Geometry
 from kvparity.report.markdown import candidate_markdown, check_markdown
 from kvparity.run.runner import RunResult
@@ -90,11 +91,12 @@ def test_a_candidate_gets_its_row_and_fault():
 
 def test_check_writes_the_markdown_it_prints(tmp_path, capsys):
     out = tmp_path / "verdict.md"
-    assert main(["check", "--examples", "10", "--backend", "torch", "--jobs", "1", "--markdown", str(out)]) == 0
+    examples = len(TEMPLATES)  # one per template
+    assert main(["check", "--examples", str(examples), "--backend", "torch", "--jobs", "1", "--markdown", str(out)]) == 0
     printed = capsys.readouterr().out
     text = out.read_text()
     assert "legacy/torch vs refactored/torch" in printed and f"wrote {out}" in printed
-    assert _table_rows(text) == ["| `legacy/torch` vs `refactored/torch` | 10 | parity |"]
+    assert _table_rows(text) == [f"| `legacy/torch` vs `refactored/torch` | {examples} | parity |"]
 
 
 def test_an_unwritable_markdown_path_is_a_usage_error(tmp_path, capsys):
