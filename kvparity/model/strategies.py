@@ -268,9 +268,9 @@ def _kv_slots(draw, template: Template, ps: int, prompts, steps: int, rows: int)
     if template.kv == "tight":
         need = draw(st.integers(max(ps, need // 4), max(ps, need // 2 + ps)))
     elif template.kv == "warm":
-        # Enough for every row to hold the longest prompt (a prefill does not run out; decodes that
-        # outgrow it retract), far less than all the traffic: the tree gives pages back, and the
-        # free list is used round and round.
+        # About enough for every row to hold the longest prompt (a prefill seldom runs out; decodes
+        # that outgrow it retract), far less than all the traffic: the tree gives pages back, and
+        # the free list is used round and round.
         need = rows * (max(len(p) for p in prompts) + 2 * ps)
     elif template.kv == "decode":
         # Room for the prompts (page-rounded) and a few decode pages: decodes soon run short.
