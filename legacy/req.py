@@ -27,6 +27,10 @@ class Req(ReqState):
         max_prefix_len = max(max_prefix_len, 0)
         return self.fill_ids[:max_prefix_len]
 
+    def ranking_key(self) -> list[int]:
+        """What ``SchedulePolicy`` matches a waiting request with: 0.5.3's match key, capped."""
+        return self.adjust_max_prefix_ids()
+
     def init_next_round_input(self, tree_cache: Any = None) -> None:
         self.fill_ids = self.origin_input_ids + self.output_ids
         if tree_cache is not None:

@@ -15,6 +15,11 @@ class Req(ReqState):
     def _default_prefix_indices(self) -> torch.Tensor:
         return torch.empty((0,), dtype=torch.int64)
 
+    def ranking_key(self) -> list[int]:
+        """What ``SchedulePolicy`` matches a waiting request with since pull request #11200: the
+        whole input, uncapped (admission still matches with the capped key)."""
+        return self.origin_input_ids + self.output_ids
+
     def init_next_round_input(self, tree_cache: Any = None) -> None:
         self.fill_ids = self.origin_input_ids + self.output_ids
         input_len = len(self.fill_ids)
