@@ -73,3 +73,21 @@ def test_the_forward_is_deterministic_across_releases(workers):
     one = play(workers, "0.5.3", "lpm")["outputs"]
     two = play(workers, "0.5.3.post1", "lpm")["outputs"]
     assert one == two
+
+
+def test_retraction_is_reached_when_admission_reserves_little_for_outputs(workers):
+    """Eight requests of 20 tokens and 40 outputs, 200 KV slots: with SGLang's default
+    ``--schedule-conservativeness`` (1.0) admission reserves room for outputs and never retracts;
+    at 0.3 it admits more than the decodes have room for, and ``retract_decode`` runs. Every
+    request still finishes with all its outputs."""
+    arrivals = [[{"rid": f"q{i}", "tokens": list(range(2000 + 100 * i, 2020 + 100 * i)), "max_new_tokens": 40}
+                 for i in range(8)]]
+    for release in RELEASES:
+        retracted = {}
+        for conservativeness in (1.0, 0.3):
+            cfg = dict(config("fcfs"), max_prefill_tokens=4096, kv_slots=200,
+                       schedule_conservativeness=conservativeness)
+            result = workers[release].call("run_traffic", config=cfg, arrivals=arrivals)
+            retracted[conservativeness] = sum(rec["retracted"] for rec in result["iterations"])
+            assert sorted(len(out) for out in result["outputs"].values()) == [40] * 8, release
+        assert retracted[1.0] == 0 and retracted[0.3] > 0, (release, retracted)

@@ -197,7 +197,8 @@ def _build(ctx: Context, config: dict[str, Any], arrivals: list[list[dict[str, A
     for name, value in (("schedule_policy", config.get("schedule_policy", "fcfs")),
                         ("max_prefill_tokens", int(config["max_prefill_tokens"])),
                         ("chunked_prefill_size", chunked if chunked is not None else -1),
-                        ("max_running_requests", max_running), ("disable_overlap_schedule", True)):
+                        ("max_running_requests", max_running), ("disable_overlap_schedule", True),
+                        ("schedule_conservativeness", float(config.get("schedule_conservativeness", 1.0)))):
         setattr(sa, name, value)
     world.activate()
     # What Scheduler.__init__ writes into the globals: the micro-batch size (renamed in 0.5.3.post1).
@@ -244,7 +245,8 @@ def run_traffic(ctx: Context, config: dict[str, Any], arrivals: list[list[dict[s
     """Play ``arrivals`` (per iteration, dicts with ``rid``, ``tokens``, ``max_new_tokens``) through
     the release's own ``event_loop_normal`` under ``config`` (``schedule_policy``, ``page_size``,
     ``pool_rows``, ``kv_slots``, ``max_prefill_tokens``, ``chunked_prefill_size`` (None or -1: off),
-    ``max_running_requests``, ``radix_cache``). Returns ``iterations`` (per iteration: the batch
+    ``max_running_requests``, ``radix_cache``, ``schedule_conservativeness``: how much of each
+    request's remaining output admission reserves, SGLang's ``--schedule-conservativeness``). Returns ``iterations`` (per iteration: the batch
     formed, the waiting queue after scheduling, the requests finished), ``outputs`` (each finished
     request's output ids), ``build_s`` and ``loop_s``."""
     t0 = time.perf_counter()
