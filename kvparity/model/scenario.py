@@ -120,7 +120,7 @@ def _rids_of(step: Step) -> tuple[str, ...]:
     return ()
 
 
-def _tokens_python(tokens: tuple[int, ...]) -> str:
+def tokens_python(tokens: tuple[int, ...]) -> str:
     """Runs of consecutive ids print as ``range``, so a 600-token prompt stays one short line."""
     parts, i = [], 0
     while i < len(tokens):
@@ -141,7 +141,7 @@ def _request_python(r: RequestSpec) -> str:
     for name in ("arrival", "return_logprob", "logprob_start_len", "max_new_tokens", "extra_key"):
         if getattr(r, name) != getattr(defaults, name):
             extras.append(f"{name}={getattr(r, name)!r}")
-    return f"RequestSpec({r.rid!r}, {_tokens_python(r.tokens)}" + "".join(", " + e for e in extras) + ")"
+    return f"RequestSpec({r.rid!r}, {tokens_python(r.tokens)}" + "".join(", " + e for e in extras) + ")"
 
 
 def _step_python(step: Step) -> str:

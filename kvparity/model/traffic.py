@@ -1,0 +1,87 @@
+"""A traffic scenario (issue 26): a server configuration and the requests arriving at each iteration
+of SGLang's own scheduler loop, which then decides everything else (admission, chunking, decoding,
+retraction). The second scenario form beside ``kvparity.model.scenario``'s steps, where kvparity's
+own loop decides. Plain, frozen data, printable as Python (``to_python``) and as the arguments of
+``kvparity.engine.real.scheduler_shell.run_traffic`` (``to_plain``)."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from kvparity.mem_cache.schedule_policy import POLICIES
+from kvparity.model.scenario import tokens_python
+
+LOOPS = ("normal", "overlap")
+
+
+@dataclass(frozen=True)
+class ServerConfig:
+    """What a server is started with, as far as the KV path and admission go (SGLang's names)."""
+
+    schedule_policy: str = "fcfs"
+    page_size: int = 1
+    pool_rows: int = 8
+    kv_slots: int = 1024
+    max_prefill_tokens: int = 16384
+    chunked_prefill_size: int | None = None  # None: chunked prefill off
+    max_running_requests: int = 8
+    radix_cache: bool = True
+    schedule_conservativeness: float = 1.0
+    loop: str = "normal"
+
+    def __post_init__(self) -> None:
+        if self.schedule_policy not in POLICIES:
+            raise ValueError(f"ServerConfig.schedule_policy={self.schedule_policy!r}: expected one of {POLICIES}")
+        if self.loop not in LOOPS:
+            raise ValueError(f"ServerConfig.loop={self.loop!r}: expected one of {LOOPS}")
+        for name in ("page_size", "pool_rows", "kv_slots", "max_prefill_tokens", "max_running_requests"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"ServerConfig.{name}={getattr(self, name)}: must be >= 1")
+        if self.max_running_requests > self.pool_rows:
+            # SGLang sizes its request pool from --max-running-requests: it never admits past the rows.
+            raise ValueError(f"ServerConfig.max_running_requests={self.max_running_requests} is more than "
+                             f"pool_rows={self.pool_rows}")
+        if self.chunked_prefill_size is not None and self.chunked_prefill_size < 1:
+            raise ValueError(f"ServerConfig.chunked_prefill_size={self.chunked_prefill_size}: >= 1, or None for off")
+
+
+@dataclass(frozen=True)
+class Arrival:
+    rid: str
+    tokens: tuple[int, ...]
+    max_new_tokens: int = 4
+
+    def __post_init__(self) -> None:
+        if not self.tokens:
+            raise ValueError(f"request {self.rid!r}: a prompt needs at least one token")
+        if self.max_new_tokens < 1:
+            raise ValueError(f"request {self.rid!r}: max_new_tokens={self.max_new_tokens} must be >= 1")
+
+
+@dataclass(frozen=True)
+class TrafficScenario:
+    config: ServerConfig
+    arrivals: tuple[tuple[Arrival, ...], ...] = field(default=())  # per iteration, in arrival order
+
+    def __post_init__(self) -> None:
+        rids = [a.rid for group in self.arrivals for a in group]
+        if len(set(rids)) != len(rids):
+            raise ValueError(f"TrafficScenario: duplicate request ids in {rids}")
+
+    def to_plain(self) -> tuple[dict[str, Any], list[list[dict[str, Any]]]]:
+        """``run_traffic``'s ``config`` and ``arrivals``."""
+        arrivals = [[{"rid": a.rid, "tokens": list(a.tokens), "max_new_tokens": a.max_new_tokens} for a in group]
+                    for group in self.arrivals]
+        return asdict(self.config), arrivals
+
+    def to_python(self) -> str:
+        """Python source that rebuilds this scenario (``from kvparity.model.traffic import *``)."""
+        defaults = ServerConfig()
+        knobs = [f"{k}={v!r}" for k, v in asdict(self.config).items() if v != getattr(defaults, k)]
+        lines = [f"TrafficScenario(ServerConfig({', '.join(knobs)}), ("]
+        for group in self.arrivals:
+            shown = ", ".join(f"Arrival({a.rid!r}, {tokens_python(a.tokens)}, {a.max_new_tokens})" for a in group)
+            lines.append(f"    ({shown}{',' if len(group) == 1 else ''}),")
+        return "\n".join(lines + ["))"])
+
