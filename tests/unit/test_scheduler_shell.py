@@ -1,6 +1,8 @@
-"""SGLang's own Scheduler event loop (``event_loop_normal``) of real 0.5.3 and 0.5.3.post1, only the
-model forward replaced (``kvparity.engine.real.scheduler_shell``; issue 26, a first step): the
-issue's minimal case of pull request #11200's ranking-key change, played as traffic."""
+"""SGLang's own Scheduler event loops (``event_loop_normal`` and ``event_loop_overlap``) of real 0.5.3
+and 0.5.3.post1, only the model forward replaced (``kvparity.engine.real.scheduler_shell``; issue 26):
+the issue's minimal case of pull request #11200's ranking-key change, played as traffic, in both
+loops; and the in-flight oracle of the overlap loop: quiet on ordinary traffic, what it finds in the
+real releases, and a deliberately broken run it must catch."""
 
 from __future__ import annotations
 
@@ -22,8 +24,8 @@ ARRIVALS = [
 ]
 
 
-def config(policy: str) -> dict:
-    return {"schedule_policy": policy, "page_size": 1, "pool_rows": 8, "kv_slots": 512, "max_prefill_tokens": 11,
+def config(policy: str, loop: str = "normal") -> dict:
+    return {"loop": loop, "schedule_policy": policy, "page_size": 1, "pool_rows": 8, "kv_slots": 512, "max_prefill_tokens": 11,
             "chunked_prefill_size": None, "max_running_requests": 8, "radix_cache": True}
 
 
@@ -35,8 +37,8 @@ def workers():
         worker.close()
 
 
-def play(workers: dict, release: str, policy: str) -> dict:
-    return workers[release].call("run_traffic", config=config(policy), arrivals=ARRIVALS)
+def play(workers: dict, release: str, policy: str, loop: str = "normal") -> dict:
+    return workers[release].call("run_traffic", config=config(policy, loop), arrivals=ARRIVALS)
 
 
 def batches(result: dict) -> list[dict]:
@@ -91,3 +93,137 @@ def test_retraction_is_reached_when_admission_reserves_little_for_outputs(worker
             retracted[conservativeness] = sum(rec["retracted"] for rec in result["iterations"])
             assert sorted(len(out) for out in result["outputs"].values()) == [40] * 8, release
         assert retracted[1.0] == 0 and retracted[0.3] > 0, (release, retracted)
+
+
+# --------------------------------------------------------------------------- the overlap loop
+
+
+@pytest.mark.parametrize("policy, first_53, first_post1", [
+    ("fcfs", "r1", "r1"),
+    ("lpm", "r1", "r0"),
+    ("dfs-weight", "r1", "r0"),
+])
+def test_the_minimal_case_through_sglangs_own_overlap_loop(workers, policy, first_53, first_post1):
+    """The same admissions at the same iterations as the normal loop, and the same outputs. What
+    differs, rightly: a request's finish is known only when its batch's result is processed, which
+    the overlap loop does after forming and launching the next batch; so each request runs one more
+    decode whose token SGLang discards (``a`` at iteration 1, r0 and r1 at iteration 7).
+
+    The in-flight oracle finds one cell in both releases whenever r1 is admitted first: r0 (A itself,
+    its prefix match capped at 39) is prefilled at iteration 4 and decoded at 5, formed before the
+    prefill's result is processed; that processing (``cache_unfinished_req``) finds all 40 tokens of
+    A in the tree and rewrites r0's cell 39 to the tree's slot while batch 5 reads the row. When r0 goes
+    first (0.5.3.post1 under lpm and dfs-weight), its prefill result lands while batch 4 (r1 only) is
+    in flight, and nothing is found."""
+    for release, first in (("0.5.3", first_53), ("0.5.3.post1", first_post1)):
+        normal = play(workers, release, policy)
+        result = play(workers, release, policy, "overlap")
+        assert result["loop"] == "overlap"
+        second = "r0" if first == "r1" else "r1"
+        by_iteration = {rec["iteration"]: rec for rec in result["iterations"]}
+        assert (by_iteration[0]["mode"], by_iteration[0]["rids"]) == ("EXTEND", ["a"])
+        assert (by_iteration[1]["mode"], by_iteration[1]["rids"]) == ("DECODE", ["a"])  # a's discarded token
+        assert by_iteration[1]["finished"] == ["a"]
+        for i in (3, 4):  # the admissions, as in the normal loop
+            assert {k: by_iteration[i][k] for k in ("mode", "rids", "prefix_lens", "extend_lens", "waiting")} == {
+                k: next(r for r in normal["iterations"] if r["iteration"] == i)[k]
+                for k in ("mode", "rids", "prefix_lens", "extend_lens", "waiting")}, (release, policy, i)
+        assert by_iteration[3]["rids"] == [first]
+        decodes = [b for b in batches(result) if b["mode"] == "DECODE" and b["iteration"] > 4]
+        assert [b["iteration"] for b in decodes] == [5, 6, 7] and all(b["rids"] == [first, second] for b in decodes)
+        assert by_iteration[7]["finished"] == ["r0", "r1"]
+        assert result["outputs"] == normal["outputs"], release
+        assert normal["inflight_violations"] == []
+        found = result["inflight_violations"]
+        if first == "r1":
+            row = by_iteration[5]["rows"][1]
+            assert len(found) == 1, (release, policy, found)
+            v = found[0]
+            assert {k: v[k] for k in ("kind", "batch_iteration", "rid", "row", "columns", "class", "detected")} == {
+                "kind": "cell", "batch_iteration": 5, "rid": "r0", "row": row, "columns": [39], "class": "live",
+                "detected": {"iteration": 5, "step": "process_batch_result"}}, (release, policy, v)
+            assert v["old"] != v["new"]
+        else:
+            assert found == [], (release, policy, found)
+
+
+def traffic() -> list[list[dict]]:
+    """Six requests with distinct prompts of 29 to 64 tokens, arriving over eight iterations."""
+    arrivals: list[list[dict]] = [[] for _ in range(8)]
+    for i in range(6):
+        tokens = list(range(3000 + 100 * i, 3024 + 100 * i)) + list(range(7000 + 50 * i, 7005 + 57 * i))
+        arrivals[2 * i if i < 3 else i + 2].append({"rid": f"q{i}", "tokens": tokens, "max_new_tokens": 3 + 2 * i})
+    return arrivals
+
+
+def traffic_config(release_rows: int = 8, **kw) -> dict:
+    return dict(config("fcfs", "overlap"), max_prefill_tokens=64, chunked_prefill_size=16, pool_rows=release_rows,
+                max_running_requests=release_rows, **kw)
+
+
+def test_the_in_flight_oracle_finds_nothing_on_ordinary_traffic(workers):
+    """Six requests, chunked prefill (16 tokens), page size 1, rows to spare: nothing changes under an
+    in-flight batch in either release, and the overlap loop gives the normal loop's outputs."""
+    for release in RELEASES:
+        result = workers[release].call("run_traffic", config=traffic_config(), arrivals=traffic())
+        assert sum(1 for rec in result["iterations"] if rec["chunked"]) >= 10, release  # chunked prefill ran
+        assert result["inflight_violations"] == [], (release, result["inflight_violations"])
+        normal = workers[release].call("run_traffic", config=dict(traffic_config(), loop="normal"), arrivals=traffic())
+        assert result["outputs"] == normal["outputs"]
+        assert {rid: len(out) for rid, out in result["outputs"].items()} == {f"q{i}": 3 + 2 * i for i in range(6)}
+
+
+def test_the_in_flight_oracle_on_a_chunked_request_with_few_rows(workers):
+    """A finding in both real releases: the same traffic with 3 rows. Between chunks, SGLang frees the
+    chunked request's row (it "will get a new req_pool_idx") while its previous chunk is in flight;
+    the next formation gives that row to a newly admitted request, whose prefill writes its own slots
+    into it. Here: q1's second chunk (iteration 3, row 0) is in flight when iteration 4 admits q2
+    into row 0 (q1 moves to another row) and rewrites columns 0 to 11."""
+    for release in RELEASES:
+        result = workers[release].call("run_traffic", config=traffic_config(3), arrivals=traffic())
+        by_iteration = {rec["iteration"]: rec for rec in result["iterations"]}
+        assert (by_iteration[3]["rids"], by_iteration[3]["chunked"]) == (["q1"], "q1")
+        assert by_iteration[4]["rids"] == ["q1", "q2"]
+        row = by_iteration[3]["rows"][0]
+        assert by_iteration[4]["rows"][1] == row and by_iteration[4]["rows"][0] != row
+        found = sorted(result["inflight_violations"], key=lambda v: v["kind"])
+        assert [(v["kind"], v["batch_iteration"], v["rid"], v["row"], v["class"]) for v in found] == [
+            ("cell", 3, "q1", row, "live"), ("row", 3, "q1", row, "live")], (release, found)
+        assert found[0]["columns"] == list(range(12)) and found[1]["taken_by"] == "q2"
+        assert all(v["detected"] == {"iteration": 4, "step": "get_next_batch_to_run"} for v in found)
+        normal = workers[release].call("run_traffic", config=dict(traffic_config(3), loop="normal"),
+                                       arrivals=traffic())
+        assert normal["inflight_violations"] == [] and normal["outputs"] == result["outputs"]
+
+
+@pytest.mark.parametrize("loop", ["overlap", "normal"])
+def test_the_in_flight_oracle_catches_a_rewritten_cell(workers, loop):
+    """A deliberately broken scheduler (the shell's ``rewrite_inflight_cell`` fault, named in the
+    config): right after ``run_batch`` of the decode batch at iteration 3, cell 5 of its request's
+    row is rewritten, and restored when batch 3's window ends (so the run stays sound). The oracle
+    reports the iteration, the row, the column and both values. In the overlap loop the rewrite is
+    also under batch 2 (still in flight at iteration 3), and the restore is itself a change under
+    batch 4 (launched at iteration 4, before batch 3's result is processed); in the normal loop the
+    windows do not overlap and only batch 3 sees it."""
+    arrivals = [[{"rid": "x", "tokens": list(range(100, 120)), "max_new_tokens": 6}]]
+    fault = {"name": "rewrite_inflight_cell", "iteration": 3, "request": 0, "column": 5, "value": 999}
+    for release in RELEASES:
+        cfg = dict(config("fcfs", loop), fault=fault)
+        result = workers[release].call("run_traffic", config=cfg, arrivals=arrivals)
+        rec = next(r for r in result["iterations"] if r["iteration"] == 3)
+        assert rec["mode"] == "DECODE" and rec["rids"] == ["x"]
+        row = rec["rows"][0]
+        found = result["inflight_violations"]
+        assert all((v["kind"], v["rid"], v["row"], v["columns"], v["class"]) == ("cell", "x", row, [5], "live")
+                   for v in found), (release, found)
+        old = found[0]["old"][0]
+        assert old != 999
+        seen = [(v["batch_iteration"], v["old"], v["new"], v["detected"]["iteration"], v["detected"]["step"])
+                for v in found]
+        rewrite = [(3, [old], [999], 3, "run_batch")]
+        if loop == "overlap":
+            assert seen == [(2, [old], [999], 3, "run_batch"), *rewrite,
+                            (4, [999], [old], 4, "process_batch_result")], (release, seen)
+        else:
+            assert seen == rewrite, (release, seen)
+        assert len(result["outputs"]["x"]) == 6
