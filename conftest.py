@@ -124,3 +124,19 @@ def device() -> torch.device:
 @pytest.fixture(params=runtime.BACKENDS)
 def backend(request) -> str:
     return request.param
+
+
+# Real 0.5.3 and 0.5.3.post1 with the scheduler plugins (the policy probe and SGLang's own loop),
+# one worker per release per test process: starting one costs seconds.
+SCHEDULER_PLUGINS = ("kvparity.engine.real.policy_probe", "kvparity.engine.real.scheduler_shell")
+
+
+@pytest.fixture(scope="session")
+def scheduler_workers():
+    from kvparity.engine.real.install import resolve
+    from kvparity.engine.real.worker import RealWorker
+
+    started = {v: RealWorker(resolve(v), plugins=SCHEDULER_PLUGINS) for v in ("0.5.3", "0.5.3.post1")}
+    yield started
+    for worker in started.values():
+        worker.close()

@@ -9,8 +9,6 @@ import pytest
 from hypothesis import event, given, settings
 from hypothesis import strategies as st
 
-from kvparity.engine.real.install import resolve
-from kvparity.engine.real.worker import RealWorker
 from kvparity.engine.world import build_world
 from kvparity.mem_cache.radix_cache import RadixKey
 from kvparity.mem_cache.schedule_policy import POLICIES, calc_priority
@@ -33,12 +31,9 @@ def model_order(version: str, policy: str, cached: list[list[int]], queue: list[
     return [r.rid for r in reqs]
 
 
-@pytest.fixture(scope="module")
-def real():
-    workers = {v: RealWorker(resolve(v), plugins=("kvparity.engine.real.policy_probe",)) for v in RELEASE_OF.values()}
-    yield workers
-    for worker in workers.values():
-        worker.close()
+@pytest.fixture
+def real(scheduler_workers):
+    return scheduler_workers
 
 
 def real_order(workers: dict, release: str, policy: str, cached: list[list[int]], queue: list[dict]) -> list[str]:
@@ -80,7 +75,7 @@ def queues(draw):
 
 @pytest.mark.parametrize("policy", POLICIES)
 def test_the_model_ranks_as_real_sglang(policy, real):
-    @settings(max_examples=40, deadline=None)
+    @settings(max_examples=25, deadline=None)
     @given(drawn=queues())
     def ranks_alike(drawn):
         cached, queue = drawn

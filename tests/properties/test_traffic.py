@@ -8,8 +8,6 @@ from __future__ import annotations
 import pytest
 from hypothesis import HealthCheck, find, given, settings
 
-from kvparity.engine.real.install import resolve
-from kvparity.engine.real.worker import RealWorker
 from kvparity.judge.admission import first_decision_difference
 from kvparity.model.traffic import TrafficScenario
 from kvparity.model.traffic_strategies import traffic_scenarios
@@ -17,12 +15,9 @@ from kvparity.model.traffic_strategies import traffic_scenarios
 RELEASES = ("0.5.3", "0.5.3.post1")
 
 
-@pytest.fixture(scope="module")
-def workers():
-    started = {r: RealWorker(resolve(r), plugins=("kvparity.engine.real.scheduler_shell",)) for r in RELEASES}
-    yield started
-    for worker in started.values():
-        worker.close()
+@pytest.fixture
+def workers(scheduler_workers):
+    return scheduler_workers
 
 
 def decisions(workers: dict, release: str, scenario: TrafficScenario) -> list[dict]:
@@ -35,7 +30,7 @@ def difference(workers: dict, scenario: TrafficScenario):
 
 
 def test_fcfs_decides_alike_in_both_releases(workers):
-    @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+    @settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
     @given(scenario=traffic_scenarios(policies=("fcfs",)))
     def alike(scenario):
         found = difference(workers, scenario)

@@ -8,9 +8,6 @@ from __future__ import annotations
 
 import pytest
 
-from kvparity.engine.real.install import resolve
-from kvparity.engine.real.worker import RealWorker
-
 RELEASES = ("0.5.3", "0.5.3.post1")
 A = list(range(1000, 1040))
 R1 = A[:39] + list(range(5000, 5011))
@@ -29,12 +26,9 @@ def config(policy: str, loop: str = "normal") -> dict:
             "chunked_prefill_size": None, "max_running_requests": 8, "radix_cache": True}
 
 
-@pytest.fixture(scope="module")
-def workers():
-    started = {v: RealWorker(resolve(v), plugins=("kvparity.engine.real.scheduler_shell",)) for v in RELEASES}
-    yield started
-    for worker in started.values():
-        worker.close()
+@pytest.fixture
+def workers(scheduler_workers):
+    return scheduler_workers
 
 
 def play(workers: dict, release: str, policy: str, loop: str = "normal") -> dict:
