@@ -43,12 +43,11 @@ def pages_handed_out(before: Snapshot, out_cache_loc: Sequence[int], page_size: 
     evicted from the tree for it (a slot that continues a page a request already held is no new
     page)."""
     held = {slot // page_size for slot in before.request_held}
-    taken: list[int] = []
+    taken: dict[int, None] = {}  # ordered, without repeats
     for slot in out_cache_loc:
-        page = slot // page_size
-        if page not in held and page not in taken:
-            taken.append(page)
-    return taken
+        if slot // page_size not in held:
+            taken.setdefault(slot // page_size)
+    return list(taken)
 
 
 def free_list_wrapped(before: Snapshot) -> bool:

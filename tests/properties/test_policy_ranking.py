@@ -5,6 +5,8 @@ pull request #11200 outside ``schedule_batch.py``. kvparity's legacy and refacto
 
 from __future__ import annotations
 
+from dataclasses import asdict
+
 import pytest
 from hypothesis import event, given, settings
 from hypothesis import strategies as st
@@ -37,9 +39,7 @@ def real(scheduler_workers):
 
 
 def real_order(workers: dict, release: str, policy: str, cached: list[list[int]], queue: list[dict]) -> list[str]:
-    geometry = {"pool_rows": GEOMETRY.pool_rows, "max_context_len": GEOMETRY.max_context_len,
-                "kv_slots": GEOMETRY.kv_slots, "page_size": 1, "need_sort": False}
-    return workers[release].call("rank_waiting_queue", policy=policy, geometry=geometry, cached=cached,
+    return workers[release].call("rank_waiting_queue", policy=policy, geometry=asdict(GEOMETRY), cached=cached,
                                  queue=queue)["order"]
 
 

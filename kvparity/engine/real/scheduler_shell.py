@@ -53,6 +53,7 @@ from kvparity.engine.real.adapter import VOCAB_SIZE, build_real_world
 from kvparity.engine.real.standins import StandIn
 from kvparity.engine.real.standins import install as install_standins
 from kvparity.engine.real.worker import Context, remote
+from kvparity.model.traffic import LOOPS
 
 # Extra stand-ins for the scheduler's import chain (wider than the KV path's).
 SCHEDULER_STANDINS: dict[str, StandIn] = {
@@ -68,7 +69,6 @@ SCHEDULER_STANDINS: dict[str, StandIn] = {
 
 _INSTALLED: list[Any] = []
 MAX_ITERATIONS = 10_000
-LOOPS = ("normal", "overlap")
 
 
 class _EndOfTraffic(Exception):
