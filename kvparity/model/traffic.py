@@ -15,6 +15,13 @@ from kvparity.model.scenario import tokens_python
 LOOPS = ("normal", "overlap")
 
 
+def next_token(arrival_index: int, seq_len: int, vocab_size: int) -> int:
+    """The deterministic forward every traffic world shares (SGLang's own scheduler in the shell,
+    kvparity's model loop): a token in [10, vocab_size) from the request's arrival index and its
+    sequence length."""
+    return 10 + (arrival_index * 7919 + seq_len * 104729) % (vocab_size - 10)
+
+
 @dataclass(frozen=True)
 class ServerConfig:
     """What a server is started with, as far as the KV path and admission go (SGLang's names)."""

@@ -53,7 +53,7 @@ from kvparity.engine.real.adapter import VOCAB_SIZE, build_real_world
 from kvparity.engine.real.standins import StandIn
 from kvparity.engine.real.standins import install as install_standins
 from kvparity.engine.real.worker import Context, remote
-from kvparity.model.traffic import LOOPS
+from kvparity.model.traffic import LOOPS, next_token
 
 # Extra stand-ins for the scheduler's import chain (wider than the KV path's).
 SCHEDULER_STANDINS: dict[str, StandIn] = {
@@ -81,11 +81,6 @@ def _scheduler_module() -> Any:
     return importlib.import_module("sglang.srt.managers.scheduler")
 
 
-def _next_token(arrival_index: int, seq_len: int) -> int:
-    """The deterministic forward: a token in [10, VOCAB_SIZE) from the request and its length."""
-    return 10 + (arrival_index * 7919 + seq_len * 104729) % (VOCAB_SIZE - 10)
-
-
 def _logits_output() -> Any:
     """What the loop reads of a logits output when no logprobs or hidden states are asked for."""
     return SimpleNamespace(next_token_logits=None, next_token_logprobs=None, input_token_logprobs=None,
@@ -110,7 +105,7 @@ class _FakeModelWorker:
         assert len(reqs) == len(seq_lens), "the model worker batch and the scheduled batch differ in size"
         pool = self.shell.req_to_token_pool.req_to_token
         self.reads.append([pool[row, :n].tolist() for row, n in zip(rows, seq_lens)])
-        return torch.tensor([_next_token(self.shell._kvp_arrival[r.rid], n) for r, n in zip(reqs, seq_lens)],
+        return torch.tensor([next_token(self.shell._kvp_arrival[r.rid], n, VOCAB_SIZE) for r, n in zip(reqs, seq_lens)],
                             dtype=torch.int64)
 
     def forward_batch_generation(self, model_worker_batch: Any) -> Any:
