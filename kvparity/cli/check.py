@@ -9,8 +9,15 @@ Without a candidate, the first failing scenario is printed the moment it is foun
 that replays it (``--replay FILE``); then it is shrunk within ``--shrink-budget`` seconds and
 printed again, shrunk.
 
-Exit status: 0 parity, 1 a divergence, 2 a usage or loading error (or an output file that could
-not be written after all: the verdict has been printed first).
+``--drive`` chooses what decides: ``harness`` (kvparity's scheduler loop plays step scenarios, so
+every world gets identical decisions and the memory path is compared alone), ``scheduler`` (traffic
+scenarios through a scheduler, SGLang's own for real releases, kvparity's model of it otherwise:
+the decisions are compared, ``kvparity.cli.traffic``) or ``both`` (the scheduler-driven half first,
+then the harness-driven one, and both verdicts at the end; what the main job runs). The default is
+``harness``, what ``check`` always did.
+
+Exit status: 0 parity, 1 a divergence (in either half), 2 a usage or loading error (or an output
+file that could not be written after all: the verdict has been printed first).
 """
 
 from __future__ import annotations
@@ -30,11 +37,14 @@ from typing import Any
 from kvparity.candidate.targets import CHECK_TARGETS, REGISTRY, WHOLE_PATH
 from kvparity.cli.paths import output_path_problem, positive_number_problem, write_problem
 from kvparity.model.scenario import scenario_from_dict, scenario_to_dict
+from kvparity.model.traffic import is_traffic_dict, traffic_from_dict
+from kvparity.model.worlds import MODELLED_RELEASES
 
 USAGE_ERROR = 2
 DEFAULT_EXAMPLES = 880  # scenarios, 80 per template
 DEFAULT_CANDIDATE_EXAMPLES = 200  # kernel-level batches (kvparity.candidate.check.default_examples: 2000 in nightly)
 DEFAULT_REAL_EXAMPLES = 440  # scenarios with real SGLang worlds, 40 per template
+DRIVES = ("harness", "scheduler", "both")
 
 
 def add(commands: argparse._SubParsersAction, parser_class: type) -> None:
@@ -53,6 +63,14 @@ def add(commands: argparse._SubParsersAction, parser_class: type) -> None:
                           "(at least one per size range) wide batches past the kernels' request blocks; Hypothesis "
                           "draws some batches twice and a repeat is played once, so the report says how many "
                           "distinct batches were played of how many drawn")
+    sub.add_argument("--drive", choices=DRIVES, default=None,
+                     help="what decides admission: harness (kvparity's loop, identical decisions in every world: the "
+                          "memory path alone), scheduler (traffic scenarios through SGLang's own scheduler, or "
+                          "kvparity's model of it: the decisions compared, per schedule policy and event loop) or "
+                          "both (what the main job runs); default harness")
+    sub.add_argument("--traffic-examples", type=int, default=None, metavar="N",
+                     help="traffic scenarios per schedule policy and event loop in the scheduler-driven check "
+                          "(default 40)")
     sub.add_argument("--seed", type=int, default=None, help="random seed (default: derandomized, same every run)")
     sub.add_argument("--profile", default="ci",
                      help="Hypothesis profile: ci, dev, nightly, mutation. It sizes scenarios and candidate batches "
@@ -144,6 +162,64 @@ def _run(args: argparse.Namespace, real: RealRun | None) -> int:
     args.jobs = args.jobs or usable_cores()
     print(f"kvparity check: target {args.target}; {runtime.describe()}; profile {args.profile}"
           + (f", seed {args.seed}" if args.seed is not None else ", derandomized"), flush=True)
+    if args.replay_traffic is not None:
+        return _replay_traffic(args, real)
+    drive = args.drive or "harness"
+    args.scheduler_json = None
+    if drive == "harness":
+        return _run_harness(args, real)
+    from kvparity.cli.traffic import players
+
+    pair = players(real)
+    if isinstance(pair, str):
+        if drive == "scheduler":
+            print(f"kvparity check: --drive scheduler: {pair}", file=sys.stderr)
+            return USAGE_ERROR
+        print(f"kvparity check: scheduler-driven check not run: {pair}", flush=True)
+        return _run_harness(args, real)
+    status, args.scheduler_json = _scheduler_half(args, pair)
+    if drive == "scheduler":
+        return _write_files(args, {"json": lambda: json.dumps(args.scheduler_json, indent=2, sort_keys=True) + "\n"}
+                            if args.json else {}, status)
+    harness = _run_harness(args, real)
+    print(f"\nverdict, memory path (harness-driven, identical decisions in every world): "
+          f"{_STATUS_WORDS.get(harness, f'ERROR (exit {harness})')}")
+    print(f"verdict, admission (scheduler-driven): {args.scheduler_json['summary']}", flush=True)
+    return harness if harness == USAGE_ERROR else max(harness, status)
+
+
+_STATUS_WORDS = {0: "PARITY", 1: "DIVERGENCE"}
+
+
+def _scheduler_half(args: argparse.Namespace, pair: tuple[Any, Any]) -> tuple[int, dict[str, Any]]:
+    from kvparity.cli.traffic import check_scheduler
+    from kvparity.run.minimize import DEFAULT_BUDGET_S
+    from kvparity.run.traffic_sweep import DEFAULT_TRAFFIC_EXAMPLES
+
+    args.traffic_examples = args.traffic_examples or DEFAULT_TRAFFIC_EXAMPLES
+    args.shrink_budget_s = args.shrink_budget or DEFAULT_BUDGET_S
+    try:
+        return check_scheduler(args, pair, lambda path: replay_argv(args, path, drive="scheduler"))
+    finally:
+        for player in pair:
+            player.close()
+
+
+def _replay_traffic(args: argparse.Namespace, real: RealRun | None) -> int:
+    from kvparity.cli.traffic import players, replay_traffic
+
+    pair = players(real)
+    if isinstance(pair, str):
+        print(f"kvparity check: --replay {args.replay}: {pair}", file=sys.stderr)
+        return USAGE_ERROR
+    try:
+        return replay_traffic(args.replay_traffic, pair, args.replay)
+    finally:
+        for player in pair:
+            player.close()
+
+
+def _run_harness(args: argparse.Namespace, real: RealRun | None) -> int:
     if real is not None:
         return _check_real(args, real)
     if args.tree_class is not None:
@@ -172,6 +248,10 @@ def _option_problem(args: argparse.Namespace) -> str | None:
     """The first option that is wrong, or does not apply to this mode, in one sentence."""
     if args.examples is not None and not 1 <= args.examples <= MAX_EXAMPLES:
         return f"--examples must be from 1 to {MAX_EXAMPLES:,} (got {args.examples})"
+    if args.traffic_examples is not None and not 1 <= args.traffic_examples <= MAX_EXAMPLES:
+        return f"--traffic-examples must be from 1 to {MAX_EXAMPLES:,} (got {args.traffic_examples})"
+    if args.candidate is not None and args.drive not in (None, "harness"):
+        return f"--drive {args.drive} does not apply to --candidate (a candidate function is checked harness-driven)"
     if args.jobs is not None and args.jobs < 1:
         return f"--jobs must be at least 1 (got {args.jobs})"
     if args.candidate is not None:
@@ -194,7 +274,7 @@ def _option_problem(args: argparse.Namespace) -> str | None:
 
 def _replay_problem(args: argparse.Namespace) -> str | None:
     """Read ``--replay FILE`` into ``args.replay_scenario``; why it cannot be read, if it cannot."""
-    args.replay_scenario = None
+    args.replay_scenario = args.replay_traffic = None
     if args.replay is None:
         return None
     try:
@@ -203,9 +283,15 @@ def _replay_problem(args: argparse.Namespace) -> str | None:
             data = (data.get("counterexample") or {}).get("scenario")
             if data is None:
                 return f"--replay {args.replay}: the verdict it holds has no counterexample"
+        if is_traffic_dict(data):
+            args.replay_traffic = traffic_from_dict(data)
+            return (None if args.drive in (None, "scheduler") else
+                    f"--replay {args.replay} holds a traffic scenario: it replays scheduler-driven, not --drive {args.drive}")
         args.replay_scenario = scenario_from_dict(data)
-    except (OSError, ValueError, TypeError) as exc:
-        return f"--replay {args.replay}: no scenario can be read from it ({exc})"
+    except (OSError, ValueError, TypeError, KeyError) as exc:
+        return f"--replay {args.replay}: no scenario can be read from it ({exc!r})"
+    if args.drive == "scheduler":
+        return f"--replay {args.replay} holds a step scenario: it replays harness-driven, not --drive scheduler"
     return None
 
 
@@ -220,7 +306,7 @@ def _worlds(backend: str) -> tuple[tuple[str, str], ...]:
 
 
 # The version kvparity's own model implements, per SGLang release it models.
-MODELLED = {"0.5.3": "legacy", "0.5.3.post1": "refactored"}
+MODELLED = MODELLED_RELEASES
 
 
 def _real_usage_problem(args: argparse.Namespace) -> str | None:
@@ -342,6 +428,7 @@ def _check_repository(
             "tried": verdict.shrink.tried, "complete": verdict.shrink.complete,
             "seconds": round(verdict.shrink.seconds, 1), "budget_s": budget},
         "replay": shrunk_command,
+        "scheduler": getattr(args, "scheduler_json", None),
     })
 
 
@@ -371,11 +458,15 @@ def format_counterexample(verdict: Any, replay: str) -> str:
     return head + "\n" + format_failure(verdict.failure, replay=replay)
 
 
-def replay_argv(args: argparse.Namespace, path: Path) -> list[str]:
-    """The command line that replays the scenario in ``path`` in this run's worlds."""
+def replay_argv(args: argparse.Namespace, path: Path, drive: str | None = None) -> list[str]:
+    """The command line that replays the scenario in ``path`` in this run's worlds (``drive``:
+    "scheduler" for a traffic scenario)."""
     argv = ["kvparity", "check"]
-    for option, value in (("--sglang", args.sglang), ("--against", args.against), ("--backend", args.backend),
-                          ("--tree-class", args.tree_class), ("--device", args.device)):
+    options: tuple[tuple[str, str | None], ...] = (("--sglang", args.sglang), ("--against", args.against),
+                                                   ("--drive", drive))
+    if drive is None:
+        options += (("--backend", args.backend), ("--tree-class", args.tree_class), ("--device", args.device))
+    for option, value in options:
         if value is not None:
             argv += [option, value]
     return argv + ["--replay", str(path)]

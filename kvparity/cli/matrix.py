@@ -4,7 +4,12 @@ pair the verdict (exact, renumbered, divergent), the scenarios played, the field
 they differ and the first counterexample in one line. ``--shard I/N`` plays the I-th of N shares of
 the pairs (``kvparity.run.matrix_shards``); ``kvparity matrix merge SHARD.json ...`` joins the
 shares' JSON into the table, Markdown and picture of the whole matrix. Exit 0 only when every pair
-is exact or renumbered, 1 when one diverges, 2 for a usage or install error."""
+is exact or renumbered, 1 when one diverges, 2 for a usage or install error.
+
+``--drive scheduler``: the matrix of decisions instead (``kvparity.run.traffic_matrix``): traffic
+scenarios through each release's own scheduler, both event loops, every pair judged per schedule
+policy and loop, and per release the in-flight oracle's findings in the overlap loop and the
+shell's costs. Exit 0 when no pair's decisions differ, 1 when one does."""
 
 from __future__ import annotations
 
@@ -24,6 +29,7 @@ from kvparity.run import matrix_shards as shards
 USAGE_ERROR = 2
 DEFAULT_VERSIONS = ("0.5.3", "0.5.3.post1", "0.5.3.post2", "0.5.4")
 DEFAULT_PER_TEMPLATE = 10
+DEFAULT_TRAFFIC = 10  # traffic scenarios per policy and loop, per pair, with --drive scheduler
 PROFILE = "ci"
 MERGE = "merge"
 RUN_ONLY = ("base", "backend", "examples", "jobs", "shard")  # options of a run, refused by merge
@@ -47,6 +53,12 @@ def add(commands: argparse._SubParsersAction, parser_class: type) -> None:
     sub.add_argument("--shard", metavar="I/N",
                      help="play only the I-th of N shares of the pairs (1-based), starting only the releases "
                           "they need; 'kvparity matrix merge' joins the shards' --json files")
+    sub.add_argument("--drive", choices=("harness", "scheduler"), default="harness",
+                     help="harness (the default): step scenarios, the memory path compared under identical decisions; "
+                          "scheduler: traffic scenarios through each release's own scheduler, both event loops, the "
+                          "decisions and the in-flight oracle")
+    sub.add_argument("--traffic-examples", type=int, default=None, metavar="N",
+                     help=f"with --drive scheduler: traffic scenarios per policy and loop (default {DEFAULT_TRAFFIC})")
     sub.add_argument("--json", metavar="PATH", help="write the matrix as JSON")
     sub.add_argument("--markdown", metavar="PATH", help="write the matrix as a Markdown table")
     sub.add_argument("--png", metavar="PATH", help="draw releases by verdict (needs matplotlib)")
@@ -118,9 +130,13 @@ def run(args: argparse.Namespace) -> int:
     versions = _versions(args.versions)
     if not problem and len(versions) + (args.base is not None and args.base not in versions) < 2:
         problem = "give at least two releases (or one and --base)"
+    if not problem and args.drive == "scheduler":
+        problem = _scheduler_problem(args)
     if problem:
         print(f"kvparity matrix: {problem}", file=sys.stderr)
         return USAGE_ERROR
+    if args.drive == "scheduler":
+        return _run_scheduler(args, versions)
     from kvparity.engine.real import RealSGLangError
     from kvparity.engine.real.lane import RealLane
     from kvparity.engine.real.versions import entry
@@ -171,6 +187,39 @@ def run(args: argparse.Namespace) -> int:
                 for lane in lanes.values():
                     lane.close()
     return _report(args, shards.document(_rows(results), plan, shard))
+
+
+def _scheduler_problem(args: argparse.Namespace) -> str | None:
+    for option in ("shard", "backend", "examples", "png"):
+        if getattr(args, option) is not None:
+            return f"--{option} is an option of the harness-driven matrix, not of --drive scheduler"
+    if args.traffic_examples is not None and not 1 <= args.traffic_examples <= 10_000:
+        return f"--traffic-examples must be from 1 to 10000 (got {args.traffic_examples})"
+    return None
+
+
+def _run_scheduler(args: argparse.Namespace, versions: list[str]) -> int:
+    from kvparity.engine.real import RealSGLangError
+    from kvparity.engine.real.install import resolve
+    from kvparity.engine.real.worker import WorkerStartError
+    from kvparity.run.minimize import DEFAULT_BUDGET_S
+    from kvparity.run.traffic_matrix import markdown, traffic_matrix
+
+    releases = versions + ([args.base] if args.base and args.base not in versions else [])
+    try:
+        sources = {release: resolve(release) for release in releases}
+        doc = traffic_matrix(sources, _pairs(versions, args.base), examples=args.traffic_examples or DEFAULT_TRAFFIC,
+                             shrink_budget_s=DEFAULT_BUDGET_S)
+    except (RealSGLangError, WorkerStartError) as exc:
+        print(f"kvparity matrix: {exc}", file=sys.stderr)
+        return USAGE_ERROR
+    text = markdown(doc)
+    print("\n" + text)
+    if args.json:
+        Path(args.json).write_text(json.dumps(doc, indent=2) + "\n")
+    if args.markdown:
+        Path(args.markdown).write_text(text)
+    return 0 if all(pair["verdict"] == "parity" for pair in doc["pairs"]) else 1
 
 
 def merge(args: argparse.Namespace) -> int:

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import TextIO
 
 from kvparity.model.scenario import Scenario, scenario_to_dict
+from kvparity.model.traffic import TrafficScenario, traffic_to_dict
 from kvparity.report.failure import format_failure
 from kvparity.report.progress import Progress
 from kvparity.run.events import FirstFailure, QuietEvents
@@ -30,11 +31,12 @@ class ScenarioFiles:
     def __init__(self) -> None:
         self.folder: Path | None = None
 
-    def save(self, name: str, scenario: Scenario) -> Path:
+    def save(self, name: str, scenario: Scenario | TrafficScenario) -> Path:
         if self.folder is None:
             self.folder = Path(tempfile.mkdtemp(prefix="kvparity-check-"))
         path = self.folder / f"{name}.json"
-        path.write_text(json.dumps(scenario_to_dict(scenario), sort_keys=True) + "\n")
+        data = traffic_to_dict(scenario) if isinstance(scenario, TrafficScenario) else scenario_to_dict(scenario)
+        path.write_text(json.dumps(data, sort_keys=True) + "\n")
         return path
 
 

@@ -54,6 +54,16 @@ REQUIRED = (
 )
 NIGHTLY_EXTRA = ("page size 64", "batch size over 64")
 
+# Traffic scenarios (issue 26): what SGLang's own scheduler did, decided from a run's iteration
+# records by ``kvparity.judge.traffic_classes``; a scheduler-driven check must reach each.
+TRAFFIC_RETRACTION = "traffic: retraction under memory pressure"
+TRAFFIC_CHUNKED = "traffic: chunked prefill"
+TRAFFIC_RADIX_HIT_RUNNING = "traffic: radix hit on a running request"
+TRAFFIC_REORDERED = "traffic: queue reordered by the policy"
+TRAFFIC_BUDGET_STOP = "traffic: admission stopped on budget"
+TRAFFIC_REQUIRED = (TRAFFIC_RETRACTION, TRAFFIC_CHUNKED, TRAFFIC_RADIX_HIT_RUNNING, TRAFFIC_REORDERED,
+                    TRAFFIC_BUDGET_STOP)
+
 
 def _ceil(a: int, b: int) -> int:
     return -(-a // b)

@@ -92,3 +92,22 @@ class TrafficScenario:
             lines.append(f"    ({shown}{',' if len(group) == 1 else ''}),")
         return "\n".join(lines + ["))"])
 
+
+
+def traffic_to_dict(scenario: TrafficScenario) -> dict[str, Any]:
+    """A traffic scenario as JSON-ready data, marked as one (``--replay`` tells the two forms apart)."""
+    config, arrivals = scenario.to_plain()
+    return {"traffic": {"config": config, "arrivals": arrivals}}
+
+
+def is_traffic_dict(data: Any) -> bool:
+    return isinstance(data, dict) and set(data) == {"traffic"}
+
+
+def traffic_from_dict(data: dict[str, Any]) -> TrafficScenario:
+    """``traffic_to_dict``'s inverse; a ValueError or TypeError names what is wrong."""
+    body = data["traffic"]
+    config = ServerConfig(**body["config"])
+    arrivals = tuple(tuple(Arrival(str(a["rid"]), tuple(int(t) for t in a["tokens"]), int(a["max_new_tokens"]))
+                           for a in group) for group in body["arrivals"])
+    return TrafficScenario(config, arrivals)

@@ -1,7 +1,12 @@
 """Hypothesis strategies for traffic scenarios (``kvparity.model.traffic``): a few requests arrive
 one at a time and finish, filling the radix tree; then a burst arrives together, cuts of those
 prompts (often ending at, or one short of, a cached end) with tokens of their own, under a prefill
-budget small enough that admission stops on it. Everything shrinks towards one short burst."""
+budget small enough that admission stops on it. Everything shrinks towards one short burst.
+
+About one scenario in four is under memory pressure: few KV slots, admission reserving less of
+the outputs to come (``--schedule-conservativeness 0.3``) and a burst with long outputs, so that
+decoding runs out of memory and SGLang retracts (at the default conservativeness 1.0 its admission
+keeps enough back that it never does)."""
 
 from __future__ import annotations
 
@@ -16,34 +21,37 @@ _STEM = 60
 
 
 @st.composite
-def server_configs(draw: Any, policies: tuple[str, ...] = POLICIES) -> ServerConfig:
+def server_configs(draw: Any, policies: tuple[str, ...] = POLICIES, pressure: bool = False) -> ServerConfig:
     page_size = draw(st.sampled_from((1, 4)))
-    rows = draw(st.integers(4, 8))
+    rows = 8 if pressure else draw(st.integers(4, 8))
     chunked = draw(st.one_of(st.none(), st.integers(2, 8).map(lambda pages: pages * page_size)))
     return ServerConfig(
         schedule_policy=draw(st.sampled_from(policies)),
         page_size=page_size,
         pool_rows=rows,
-        kv_slots=draw(st.sampled_from((256, 512, 1024))),
-        max_prefill_tokens=draw(st.integers(4, 32)),
+        kv_slots=draw(st.sampled_from((160, 200) if pressure else (256, 512, 1024))),
+        max_prefill_tokens=draw(st.sampled_from((256, 4096)) if pressure else st.integers(4, 32)),
         chunked_prefill_size=chunked,
         max_running_requests=rows,
-        schedule_conservativeness=draw(st.sampled_from((1.0, 0.3))),
+        schedule_conservativeness=0.3 if pressure else draw(st.sampled_from((1.0, 0.3))),
     )
 
 
 @st.composite
 def traffic_scenarios(draw: Any, policies: tuple[str, ...] = POLICIES) -> TrafficScenario:
-    config = draw(server_configs(policies))
+    pressure = draw(st.integers(0, 3)) == 3
+    config = draw(server_configs(policies, pressure))
     stems = [tuple(range(100_000 * (k + 1), 100_000 * (k + 1) + _STEM)) for k in range(2)]
     cached = [draw(st.sampled_from(stems))[: draw(st.integers(4, _STEM))] for _ in range(draw(st.integers(1, 3)))]
     arrivals: list[tuple[Arrival, ...]] = [(Arrival(f"c{i}", p, 1),) for i, p in enumerate(cached)]
     arrivals.append(())  # an idle iteration: the warm-up has finished
     burst = []
-    for i in range(draw(st.integers(2, 6))):
+    for i in range(draw(st.integers(4, 8) if pressure else st.integers(2, 6))):
         base = draw(st.sampled_from(cached))
         cut = draw(st.sampled_from((len(base), len(base) - 1, draw(st.integers(0, len(base))))))
-        own = tuple(range(10_000 * (i + 1), 10_000 * (i + 1) + draw(st.integers(0 if cut else 1, 12))))
-        burst.append(Arrival(f"r{i}", base[:cut] + own, draw(st.integers(1, 6))))
+        own_len = draw(st.integers(8, 20) if pressure else st.integers(0 if cut else 1, 12))
+        own = tuple(range(10_000 * (i + 1), 10_000 * (i + 1) + own_len))
+        outputs = draw(st.integers(24, 48) if pressure else st.integers(1, 6))
+        burst.append(Arrival(f"r{i}", base[:cut] + own, outputs))
     arrivals.append(tuple(burst))
     return TrafficScenario(config, tuple(arrivals))

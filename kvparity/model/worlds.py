@@ -7,6 +7,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 VERSIONS = ("legacy", "refactored")  # SGLang's two versions
+# The SGLang release each version models (pull request #11200 lies between them).
+MODELLED_RELEASES = {"0.5.3": "legacy", "0.5.3.post1": "refactored"}
 # Versions that are not SGLang's, each the family it belongs to: the refactored path with the
 # linear-time write kernel (``kernels/linear_write.py``), checked as an extra world.
 EXTRA_VERSIONS = {"refactored-linear": "refactored"}

@@ -6,7 +6,9 @@ first (delta debugging's halves before single removals), so a scenario drawn wit
 loses most of them in a few plays.
 
 ``fails(scenario) -> bool`` says whether a candidate still fails in the same way (the caller
-decides what "the same" is: a disagreement stays a disagreement).
+decides what "the same" is: a disagreement stays a disagreement). ``minimize``'s loop is the same
+for both scenario forms; what is smaller comes from ``candidates`` (a step scenario's, below, by
+default; a traffic scenario's from ``kvparity.run.traffic_shrink``).
 """
 
 from __future__ import annotations
@@ -14,8 +16,11 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
+from typing import Any, TypeVar
 
 from kvparity.model.scenario import Decode, Evict, Extend, Retract, Scenario, Step
+
+S = TypeVar("S")
 
 
 def failure_kind(result) -> str | None:
@@ -35,17 +40,17 @@ DEFAULT_BUDGET_S = 45.0
 class Shrunk:
     """What shrinking made of a failing scenario."""
 
-    scenario: Scenario  # the smallest failing scenario found
+    scenario: Any  # the smallest failing scenario found (a Scenario, or a TrafficScenario)
     tried: int  # smaller candidates played
     complete: bool  # True: nothing one removal smaller fails; False: the budget ran out first
     seconds: float
 
 
-Progress = Callable[[int, Scenario], None]  # (candidates tried so far, the smallest failing one)
+Progress = Callable[[int, Any], None]  # (candidates tried so far, the smallest failing one)
 
 
-def minimize(scenario: Scenario, fails: Callable[[Scenario], bool], *, budget_s: float = DEFAULT_BUDGET_S,
-             progress: Progress | None = None) -> Shrunk:
+def minimize(scenario: S, fails: Callable[[S], bool], *, budget_s: float = DEFAULT_BUDGET_S,
+             progress: Progress | None = None, candidates: Callable[[S], Iterator[S]] | None = None) -> Shrunk:
     """The smallest scenario reachable from ``scenario`` by removals that still fails, within
     ``budget_s``. Candidates come biggest cut first (half the requests, half the steps, ... down
     to one; then single names and tokens), each candidate is played once (a repeat is answered
@@ -54,10 +59,11 @@ def minimize(scenario: Scenario, fails: Callable[[Scenario], bool], *, budget_s:
     from the cut just made plays about half as many candidates, but on the real-SGLang mutants it
     settled in local minima up to twice as large: 7 requests and 7 steps where this finds 5 and 3.)"""
     start = time.monotonic()
-    known: dict[Scenario, bool] = {}
+    smaller_ones: Callable[[Any], Iterator[Any]] = candidates or step_candidates
+    known: dict[S, bool] = {}
     tried = 0
     while True:
-        for candidate in candidates(scenario):
+        for candidate in smaller_ones(scenario):
             if time.monotonic() - start >= budget_s:
                 return Shrunk(scenario, tried, False, time.monotonic() - start)
             if candidate not in known:
@@ -72,27 +78,27 @@ def minimize(scenario: Scenario, fails: Callable[[Scenario], bool], *, budget_s:
             return Shrunk(scenario, tried, True, time.monotonic() - start)
 
 
-def candidates(scenario: Scenario) -> Iterator[Scenario]:
+def step_candidates(scenario: Scenario) -> Iterator[Scenario]:
     """Smaller scenarios, big cuts first: runs of requests, then runs of steps (halves, quarters,
     ... single ones), then single names in steps, then the requests' tokens cut from either end
     (half the longest, a quarter, ... one token). The single removals are ``smaller``'s."""
-    for size in _halvings(len(scenario.requests)):
+    for size in halvings(len(scenario.requests)):
         yield from _chunk_cuts(scenario, [r.rid for r in scenario.requests], size, _without_requests)
-    for size in _halvings(len(scenario.steps)):
+    for size in halvings(len(scenario.steps)):
         yield from _chunk_cuts(scenario, list(range(len(scenario.steps))), size, _without_steps)
     for index, step in enumerate(scenario.steps):
         for names in _names_of(step):
             for rid in names:
                 yield from _valid(lambda: _with_step(scenario, index, _without_name(step, rid)))  # noqa: B023
     longest = max((len(r.tokens) for r in scenario.requests), default=0)
-    for cut in _halvings(longest - 1):
+    for cut in halvings(longest - 1):
         for i, request in enumerate(scenario.requests):
             if len(request.tokens) > cut:
                 for tokens in (request.tokens[:-cut], request.tokens[cut:]):
                     yield from _valid(lambda: _with_request(scenario, i, replace(request, tokens=tokens)))  # noqa: B023
 
 
-def _halvings(n: int) -> list[int]:
+def halvings(n: int) -> list[int]:
     """The sizes of the cuts to try, biggest first: n itself, then n//2, n//4, ..., 1."""
     sizes: list[int] = []
     size = n // 2 if n > 1 else n

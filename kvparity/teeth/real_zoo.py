@@ -74,7 +74,17 @@ REAL_MUTANTS_PREFIX_LEN: tuple[RealMutant, ...] = (
                "        delta = 0\n        while cur is not root:\n",
                "        delta = 0\n        while cur is not root and cur.parent is not root:\n"),
 )
-ALL_REAL_MUTANTS = REAL_MUTANTS + REAL_MUTANTS_PREFIX_LEN
+# For the scheduler-driven check's in-flight oracle (issue 26): a copy that rewrites a cell an
+# in-flight batch reads. Only the overlap loop is broken (the normal loop plays it as the release).
+REAL_INFLIGHT_MUTANTS: tuple[RealMutant, ...] = (
+    RealMutant("overlap-decode-writes-one-column-back",
+               "in the overlap loop, prepare_for_decode writes the new token's slot one column back (the overlap's "
+               "one-step delay applied to the write): it rewrites the last cell the batch in flight reads",
+               _P1, "sglang/srt/managers/schedule_batch.py",
+               "            locs = self.seq_lens.clone()\n",
+               "            locs = self.seq_lens.clone() - int(self.enable_overlap)\n", **_AGAINST),
+)
+ALL_REAL_MUTANTS = REAL_MUTANTS + REAL_MUTANTS_PREFIX_LEN + REAL_INFLIGHT_MUTANTS
 REAL_MUTANTS_BY_NAME = {m.name: m for m in ALL_REAL_MUTANTS}
 
 

@@ -9,7 +9,7 @@ import torch
 from kvparity.model.scenario import Decode, Extend, RequestSpec, Retract, Scenario
 from kvparity.model.worlds import Geometry
 from kvparity.refactored import schedule_batch
-from kvparity.run.minimize import candidates, failure_kind, minimize, smaller
+from kvparity.run.minimize import failure_kind, minimize, smaller, step_candidates
 from kvparity.run.runner import run_scenario
 from kvparity.run.sweep import check_repository
 
@@ -37,7 +37,7 @@ def test_big_cuts_come_first():
     shrunk = minimize(scenario, lambda s: any(r.rid == "r37" for r in s.requests))
     assert [r.rid for r in shrunk.scenario.requests] == ["r37"] and shrunk.complete
     assert shrunk.tried <= 40, shrunk.tried
-    first = next(candidates(scenario))
+    first = next(step_candidates(scenario))
     assert len(first.requests) == 32  # the first candidate drops half the requests
 
 

@@ -1,0 +1,246 @@
+"""The scheduler-driven check (issue 26): traffic scenarios played by a reference and a checked
+player (``kvparity.engine.traffic_players``), under every schedule policy and event loop both can
+play, every run judged (``kvparity.judge.admission.judge_traffic``): decisions, outputs and the
+in-flight oracle's findings.
+
+Per policy and loop, ``examples`` scenarios are drawn (Hypothesis, derandomized unless a seed is
+given) and all are played, so a difference is counted, not only found; the first is then shrunk
+(``minimize`` with ``traffic_candidates``) and its cause diagnosed. The in-flight oracle's findings
+are counted per player, and the first of each kind and class is shrunk too: a finding both players
+have is a property of both (reported, not a divergence); one only the checked player has is a
+divergence.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from collections import Counter
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any
+
+from hypothesis import HealthCheck, given, seed, settings
+
+from kvparity.engine.traffic_players import TrafficPlayer
+from kvparity.judge.admission import DecisionDifference, TrafficJudgement, judge_traffic
+from kvparity.judge.traffic_classes import traffic_classes
+from kvparity.mem_cache.schedule_policy import POLICIES
+from kvparity.model.traffic import LOOPS, TrafficScenario
+from kvparity.model.traffic_strategies import traffic_scenarios
+from kvparity.run.minimize import Shrunk, minimize
+from kvparity.run.traffic_shrink import traffic_candidates
+
+DEFAULT_TRAFFIC_EXAMPLES = 40  # per policy and loop
+FINDING_BUDGET_S = 15.0  # shrinking the first example of an in-flight finding
+
+# Admission changes whose cause is known, by (reference release, checked release): named in the
+# verdict when the diagnosis agrees (the same traffic under fcfs decides alike).
+KNOWN_ADMISSION_CAUSES = {
+    ("0.5.3", "0.5.3.post1"): "pull request #11200 changed the key that ranks the waiting queue "
+                              "(SchedulePolicy._compute_prefix_matches: Req.adjust_max_prefix_ids(), capped at "
+                              "len-1 and at the logprob start, became origin_input_ids + output_ids)",
+}
+
+
+@dataclass
+class FirstDifference:
+    scenario: TrafficScenario  # as drawn
+    judgement: TrafficJudgement
+    shrunk: Shrunk | None = None  # its scenario is a TrafficScenario
+    shrunk_judgement: TrafficJudgement | None = None
+    cause: str | None = None
+
+
+@dataclass
+class InflightExample:
+    finding: dict[str, Any]
+    scenario: TrafficScenario
+    shrunk: Shrunk | None = None
+    shrunk_finding: dict[str, Any] | None = None
+
+
+@dataclass
+class TrafficRow:
+    """One policy under one event loop."""
+
+    policy: str
+    loop: str
+    scenarios: int = 0
+    differing: int = 0  # decisions, outputs or in-flight findings differ
+    admission: int = 0  # of which the admitted requests (or their order) differ
+    first: FirstDifference | None = None
+    classes: Counter[str] = field(default_factory=Counter)  # traffic classes, by scenarios reaching them
+    # Per player name: in-flight findings by (kind, class), scenarios with any, the first of each shrunk.
+    inflight: dict[str, Counter[tuple[str, str]]] = field(default_factory=dict)
+    inflight_scenarios: Counter[str] = field(default_factory=Counter)
+    inflight_examples: dict[str, dict[tuple[str, str], InflightExample]] = field(default_factory=dict)
+    seconds: float = 0.0
+
+    @property
+    def verdict(self) -> str:
+        return "parity" if self.differing == 0 else "divergence"
+
+
+@dataclass
+class TrafficVerdict:
+    reference: str
+    checked: str
+    rows: list[TrafficRow]
+    seconds: float
+
+    @property
+    def verdict(self) -> str:
+        return "parity" if all(r.verdict == "parity" for r in self.rows) else "divergence"
+
+    @property
+    def classes(self) -> Counter[str]:
+        total: Counter[str] = Counter()
+        for row in self.rows:
+            total.update(row.classes)
+        return total
+
+    @property
+    def scenarios(self) -> int:
+        return sum(r.scenarios for r in self.rows)
+
+    def summary(self) -> str:
+        """One line: the policies under which decisions differ (admission, when every differing row's
+        first difference is one of admission), and those under which they do not."""
+        policies = list(dict.fromkeys(r.policy for r in self.rows))
+        if self.verdict == "parity":
+            return "PARITY under " + ", ".join(policies)
+        differ = [r for r in self.rows if r.verdict != "parity"]
+        same = [p for p in policies if p not in {r.policy for r in differ}]
+        what = "admission differs" if all(r.admission for r in differ) else "decisions differ"
+        parts = [f"DIVERGENCE: {what} under " + ", ".join(dict.fromkeys(r.policy for r in differ))]
+        if same:
+            parts.append("parity under " + ", ".join(same))
+        return "; ".join(parts)
+
+
+def drawn(count: int, policy: str, loop: str, seed_value: int | None = None) -> list[TrafficScenario]:
+    """``count`` traffic scenarios under ``policy`` and ``loop`` (derandomized unless ``seed_value``)."""
+    found: list[TrafficScenario] = []
+
+    @settings(max_examples=count, derandomize=seed_value is None, database=None, deadline=None,
+              suppress_health_check=list(HealthCheck))
+    @given(traffic_scenarios(policies=(policy,)))
+    def keep(scenario: TrafficScenario) -> None:
+        found.append(dataclasses.replace(scenario, config=dataclasses.replace(scenario.config, loop=loop)))
+
+    if seed_value is not None:
+        keep = seed(seed_value)(keep)
+    keep()
+    return found
+
+
+def check_traffic(reference: TrafficPlayer, checked: TrafficPlayer, *, examples: int = DEFAULT_TRAFFIC_EXAMPLES,
+                  policies: tuple[str, ...] = POLICIES, loops: tuple[str, ...] = LOOPS, seed_value: int | None = None,
+                  shrink_budget_s: float | None = 45.0,
+                  progress: Callable[[TrafficRow], None] | None = None) -> TrafficVerdict:
+    """Every policy under every loop both players can play; ``shrink_budget_s`` None: no shrinking."""
+    start = time.monotonic()
+    loops = tuple(loop for loop in loops if loop in reference.loops and loop in checked.loops)
+    rows = []
+    with ThreadPoolExecutor(2) as pool:  # the two players at once: real ones are separate processes
+        def both(scenario: TrafficScenario) -> tuple[dict[str, Any], dict[str, Any]]:
+            ref = pool.submit(reference.play, scenario)
+            return ref.result(), checked.play(scenario)
+
+        for loop in loops:
+            for policy in policies:
+                row = _sweep_row(both, reference, checked, drawn(examples, policy, loop, seed_value), policy, loop,
+                                 shrink_budget_s)
+                rows.append(row)
+                if progress is not None:
+                    progress(row)
+    return TrafficVerdict(reference.name, checked.name, rows, time.monotonic() - start)
+
+
+Both = Callable[[TrafficScenario], tuple[dict[str, Any], dict[str, Any]]]
+
+
+def _sweep_row(both: Both, reference: TrafficPlayer, checked: TrafficPlayer, scenarios: list[TrafficScenario],
+               policy: str, loop: str, shrink_budget_s: float | None) -> TrafficRow:
+    t0 = time.monotonic()
+    row = TrafficRow(policy, loop)
+    players = (reference, checked)
+    for player in players:
+        row.inflight[player.name] = Counter()
+        row.inflight_examples[player.name] = {}
+    for scenario in scenarios:
+        results = both(scenario)
+        row.scenarios += 1
+        row.classes.update(traffic_classes(scenario, results[0]))
+        for player, result in zip(players, results):
+            _count_inflight(row, player.name, scenario, result)
+        judgement = judge_traffic(*results)
+        if not judgement.agree:
+            row.differing += 1
+            row.admission += judgement.admission
+            if row.first is None:
+                row.first = FirstDifference(scenario, judgement)
+    if shrink_budget_s is not None:
+        if row.first is not None:
+            _shrink_difference(row.first, both, reference, checked, shrink_budget_s)
+        for player in players:
+            for (kind, cls), example in row.inflight_examples[player.name].items():
+                _shrink_finding(example, player, kind, cls, min(shrink_budget_s, FINDING_BUDGET_S))
+    row.seconds = time.monotonic() - t0
+    return row
+
+
+def _count_inflight(row: TrafficRow, name: str, scenario: TrafficScenario, result: dict[str, Any]) -> None:
+    findings = result.get("inflight_violations", ())
+    if findings:
+        row.inflight_scenarios[name] += 1
+    for finding in findings:
+        key = (finding["kind"], finding["class"])
+        row.inflight[name][key] += 1
+        row.inflight_examples[name].setdefault(key, InflightExample(finding, scenario))
+
+
+def _same_difference(judgement: TrafficJudgement, first: TrafficJudgement) -> bool:
+    """A candidate keeps the failure when its first symptom is of the same kind: an admission
+    difference for an admission difference, the same decision field, an in-flight finding, an error."""
+    if judgement.agree or judgement.kind != first.kind:
+        return False
+    if first.kind == "decision" and first.decision is not None and judgement.decision is not None:
+        return judgement.admission if first.admission else judgement.decision.field == first.decision.field
+    return True
+
+
+def _shrink_difference(first: FirstDifference, both: Both, reference: TrafficPlayer, checked: TrafficPlayer,
+                       budget_s: float) -> None:
+    first.shrunk = minimize(first.scenario, lambda s: _same_difference(judge_traffic(*both(s)), first.judgement),
+                            budget_s=budget_s, candidates=traffic_candidates)
+    first.shrunk_judgement = judge_traffic(*both(first.shrunk.scenario))
+    first.cause = diagnose(first.shrunk.scenario, first.shrunk_judgement, both, reference, checked)
+
+
+def diagnose(scenario: TrafficScenario, judgement: TrafficJudgement, both: Both, reference: TrafficPlayer,
+             checked: TrafficPlayer) -> str | None:
+    """The cause of an admission difference, when it can be shown: the same traffic under fcfs (no
+    ranking) decides alike, so the policy's ranking of the waiting queue differs; and, for a pair
+    whose ranking change is known, which change."""
+    decision: DecisionDifference | None = judgement.decision
+    if decision is None or not decision.admission or scenario.config.schedule_policy == "fcfs":
+        return None
+    fcfs = dataclasses.replace(scenario, config=dataclasses.replace(scenario.config, schedule_policy="fcfs"))
+    if not judge_traffic(*both(fcfs)).agree:
+        return None
+    cause = (f"the waiting queue's ranking under {scenario.config.schedule_policy} differs (the same traffic under "
+             "fcfs decides alike)")
+    known = KNOWN_ADMISSION_CAUSES.get((reference.release, checked.release))
+    return cause + (f": {known}" if known else "")
+
+
+def _shrink_finding(example: InflightExample, player: TrafficPlayer, kind: str, cls: str, budget_s: float) -> None:
+    def reaches(scenario: TrafficScenario) -> bool:
+        return any((f["kind"], f["class"]) == (kind, cls) for f in player.play(scenario).get("inflight_violations", ()))
+
+    example.shrunk = minimize(example.scenario, reaches, budget_s=budget_s, candidates=traffic_candidates)
+    findings = player.play(example.shrunk.scenario).get("inflight_violations", ())
+    example.shrunk_finding = next(f for f in findings if (f["kind"], f["class"]) == (kind, cls))
