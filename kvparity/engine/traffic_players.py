@@ -35,14 +35,17 @@ class RealTrafficPlayer:
 
     loops: tuple[str, ...] = ("normal", "overlap")
 
-    def __init__(self, source: Any) -> None:
+    def __init__(self, source: Any, worker: Any = None) -> None:
+        """``worker``: a running ``RealWorker`` of ``source`` with the shell's plugin, kept open on
+        ``close`` (the caller's); without one, the player starts and closes its own."""
         from kvparity.engine.real.lane import source_label
         from kvparity.engine.real.worker import RealWorker
 
         self.source = source
         self.release = source.entry_release or source.version  # the adapter entry that drives it
         self.name = f"{source_label(source)} (SGLang's own scheduler)"
-        self.worker = RealWorker(source, plugins=SHELL_PLUGINS)
+        self.owns_worker = worker is None
+        self.worker = RealWorker(source, plugins=SHELL_PLUGINS) if worker is None else worker
 
     def play(self, scenario: TrafficScenario) -> dict[str, Any]:
         config, arrivals = scenario.to_plain()
@@ -50,7 +53,8 @@ class RealTrafficPlayer:
         return result
 
     def close(self) -> None:
-        self.worker.close()
+        if self.owns_worker:
+            self.worker.close()
 
 
 class ModelTrafficPlayer:

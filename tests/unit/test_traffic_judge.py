@@ -1,0 +1,83 @@
+"""Judging two runs of a traffic scenario (``kvparity.judge.admission``), reading the traffic classes
+from a run's records (``kvparity.judge.traffic_classes``) and shrinking a traffic scenario
+(``kvparity.run.traffic_shrink``), on hand-built runs: no scheduler is played here."""
+
+from __future__ import annotations
+
+from kvparity.judge.admission import judge_traffic
+from kvparity.judge.traffic_classes import traffic_classes
+from kvparity.model.classes import (
+    TRAFFIC_BUDGET_STOP,
+    TRAFFIC_CHUNKED,
+    TRAFFIC_RADIX_HIT_RUNNING,
+    TRAFFIC_REORDERED,
+    TRAFFIC_RETRACTION,
+)
+from kvparity.model.traffic import Arrival, ServerConfig, TrafficScenario, traffic_from_dict, traffic_to_dict
+from kvparity.run.minimize import minimize
+from kvparity.run.traffic_shrink import traffic_candidates
+
+
+def rec(i, mode=None, rids=(), prefix=(), extend=(), waiting=(), chunked=None, retracted=0, finished=()):
+    return {"iteration": i, "mode": mode, "rids": list(rids), "prefix_lens": list(prefix), "extend_lens": list(extend),
+            "seq_lens": [], "rows": [], "chunked": chunked, "waiting": list(waiting), "retracted": retracted,
+            "finished": list(finished)}
+
+
+def run(*records, outputs=None, inflight=(), error=None):
+    return {"iterations": list(records), "outputs": outputs or {}, "inflight_violations": list(inflight),
+            **({"error": error} if error else {})}
+
+
+def cell(batch_iteration, detected, rid="a", row=1, columns=(0,), cls="live"):
+    return {"kind": "cell", "class": cls, "batch_iteration": batch_iteration, "rid": rid, "row": row,
+            "columns": list(columns), "old": [2], "new": [1], "detected": {"iteration": detected, "step": "run_batch"}}
+
+
+def test_the_same_decisions_outputs_and_findings_agree():
+    one = run(rec(0, "EXTEND", ["a"], [0], [3]), outputs={"a": [7]}, inflight=[cell(0, 1)])
+    assert judge_traffic(one, run(*one["iterations"], outputs={"a": [7]}, inflight=[cell(0, 1)])).agree
+
+
+def test_another_batch_order_is_an_admission_difference():
+    ref = run(rec(0, "EXTEND", ["a", "b"], [0, 0], [3, 3]))
+    got = run(rec(0, "EXTEND", ["b", "a"], [0, 0], [3, 3]))
+    judgement = judge_traffic(ref, got)
+    assert judgement.admission and judgement.line() == "iteration 0: rids ['a', 'b'] != ['b', 'a']"
+
+
+def test_a_finding_only_the_checked_run_has_is_a_difference_and_shown_first_when_earliest():
+    ref = run(rec(0, "EXTEND", ["a"], [0], [3]), rec(1, "DECODE", ["a"]))
+    got = run(rec(0, "EXTEND", ["a"], [0], [3]), rec(1, "DECODE", ["b"]), inflight=[cell(0, 0)])
+    judgement = judge_traffic(ref, got)
+    assert judgement.kind == "inflight" and "cells [0] changed [2] -> [1]" in judgement.line()
+    assert judge_traffic(got, got).agree  # the same finding in both runs: a property of both, not a difference
+
+
+def test_a_scheduler_that_raised_where_the_reference_did_not_differs():
+    ref = run(rec(0, "EXTEND", ["a"], [0], [3]))
+    got = run(rec(0, "EXTEND", ["a"], [0], [3]), error={"iteration": 0, "message": "ValueError: leak"})
+    assert judge_traffic(ref, got).line() == "iteration 0: the scheduler raised ValueError: leak"
+
+
+def test_traffic_classes_are_read_from_what_the_scheduler_did():
+    # c0 runs; r1 (arrived first) waits while r2 shares c0's prompt and is admitted with a cached prefix.
+    scenario = TrafficScenario(ServerConfig(schedule_policy="lpm", pool_rows=4, max_running_requests=4), (
+        (Arrival("c0", (1, 2, 3, 4), 4),), (Arrival("r1", (9, 9), 1), Arrival("r2", (1, 2, 3, 5), 1))))
+    result = run(rec(0, "EXTEND", ["c0"], [0], [4]),
+                 rec(1, "EXTEND", ["r2"], [3], [1], waiting=["r1"], chunked="r2"),
+                 rec(2, "DECODE", ["c0", "r2"], retracted=1, finished=["c0", "r2"]),
+                 outputs={"c0": [5, 6, 7, 8], "r2": [5]})
+    assert traffic_classes(scenario, result) == {TRAFFIC_RADIX_HIT_RUNNING, TRAFFIC_REORDERED, TRAFFIC_BUDGET_STOP,
+                                                 TRAFFIC_CHUNKED, TRAFFIC_RETRACTION}
+    fcfs = TrafficScenario(ServerConfig(), scenario.arrivals)
+    assert TRAFFIC_REORDERED not in traffic_classes(fcfs, result)  # fcfs ranks nothing
+
+
+def test_a_traffic_scenario_shrinks_to_what_keeps_the_failure_and_round_trips():
+    scenario = TrafficScenario(ServerConfig(page_size=4, chunked_prefill_size=8, schedule_conservativeness=0.3), (
+        (Arrival("c0", tuple(range(10, 50)), 3),), (), (Arrival("r0", (7, 8, 9), 5), Arrival("r1", tuple(range(100, 120)), 2))))
+    shrunk = minimize(scenario, lambda s: any(7 in a.tokens for g in s.arrivals for a in g),
+                      candidates=traffic_candidates).scenario
+    assert shrunk == TrafficScenario(ServerConfig(), ((Arrival("r0", (7,), 1),),))
+    assert traffic_from_dict(traffic_to_dict(scenario)) == scenario
