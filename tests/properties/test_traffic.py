@@ -1,16 +1,12 @@
-"""Traffic scenarios through SGLang's own scheduler loop (issue 26, a first step): real 0.5.3
-against real 0.5.3.post1, every decision compared (``kvparity.judge.admission``). Under ``fcfs``
-the two decide alike; under ``lpm`` and ``dfs-weight`` Hypothesis finds, and shrinks, a mix where
-pull request #11200's ranking key makes them admit differently."""
+"""Traffic scenarios through SGLang's own scheduler loop (issue 26): real 0.5.3 against real
+0.5.3.post1, every decision compared (``kvparity.judge.admission``) by the scheduler-driven check
+(``kvparity.run.traffic_sweep``). Under ``fcfs`` the two decide alike; under ``lpm`` and
+``dfs-weight`` the check counts the mixes where pull request #11200's ranking key makes them admit
+differently, shrinks the first and names the cause."""
 
 from __future__ import annotations
 
 import pytest
-from hypothesis import HealthCheck, find, given, settings
-
-from kvparity.judge.admission import first_decision_difference
-from kvparity.model.traffic import TrafficScenario
-from kvparity.model.traffic_strategies import traffic_scenarios
 
 RELEASES = ("0.5.3", "0.5.3.post1")
 
@@ -20,32 +16,22 @@ def workers(scheduler_workers):
     return scheduler_workers
 
 
-def decisions(workers: dict, release: str, scenario: TrafficScenario) -> list[dict]:
-    config, arrivals = scenario.to_plain()
-    return workers[release].call("run_traffic", config=config, arrivals=arrivals)["iterations"]
+def test_the_scheduler_driven_check_counts_shrinks_and_names_the_cause(workers):
+    """``check --drive scheduler`` on real 0.5.3 against 0.5.3.post1 (the normal loop here; the
+    overlap loop in the CLI's run): parity under fcfs; under lpm and dfs-weight a divergence,
+    counted, its first case shrunk and its cause named: PR #11200's ranking key."""
+    from kvparity.engine.real.install import resolve
+    from kvparity.engine.traffic_players import RealTrafficPlayer
+    from kvparity.run.traffic_sweep import check_traffic
 
-
-def difference(workers: dict, scenario: TrafficScenario):
-    return first_decision_difference(*(decisions(workers, r, scenario) for r in RELEASES))
-
-
-def test_fcfs_decides_alike_in_both_releases(workers):
-    @settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-    @given(scenario=traffic_scenarios(policies=("fcfs",)))
-    def alike(scenario):
-        found = difference(workers, scenario)
-        assert found is None, f"{found.line()}\n{scenario.to_python()}"
-
-    alike()
-
-
-@pytest.mark.parametrize("policy", ["lpm", "dfs-weight"])
-def test_the_ranking_key_changes_admission_and_shrinks(workers, policy):
-    quick = settings(max_examples=300, deadline=None, database=None, derandomize=True,
-                     suppress_health_check=list(HealthCheck))
-    found = find(traffic_scenarios(policies=(policy,)), lambda s: (d := difference(workers, s)) is not None and d.admission,
-                 settings=quick)
-    burst = found.arrivals[-1]
-    # Shrunk: one cached prompt and two requests (r1 ranked above r0 in one release only).
-    assert len(found.arrivals) == 3 and len(burst) == 2, found.to_python()
-    assert difference(workers, found).admission
+    ref, checked = (RealTrafficPlayer(resolve(r), workers[r]) for r in RELEASES)
+    verdict = check_traffic(ref, checked, examples=15, loops=("normal",), shrink_budget_s=20)
+    rows = {row.policy: row for row in verdict.rows}
+    assert rows["fcfs"].verdict == "parity" and rows["fcfs"].scenarios == 15
+    for policy in ("lpm", "dfs-weight"):
+        row = rows[policy]
+        assert row.verdict == "divergence" and row.admission >= 1, policy
+        assert row.first.shrunk is not None and row.first.shrunk_judgement.admission
+        assert sum(len(group) for group in row.first.shrunk.scenario.arrivals) <= 3, row.first.shrunk.scenario.to_python()
+        assert "pull request #11200" in row.first.cause and policy in row.first.cause
+    assert verdict.summary() == "DIVERGENCE: admission differs under lpm, dfs-weight; parity under fcfs"
