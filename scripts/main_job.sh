@@ -1,23 +1,29 @@
 #!/usr/bin/env bash
 # The main job: install what is needed (scripts/setup_env.sh), then
-#   1. `kvparity check`: this repository's refactored path against the legacy reference, over every
-#      scenario class, in every world this machine runs (extra arguments go here, e.g. --examples 200);
-#   2. `kvparity check --sglang 0.5.3.post1 --against 0.5.3`: the same proof on REAL SGLang, the
-#      release after pull request #11200 against the one before, on both backends.
-# Both verdicts are printed side by side at the end; the exit status is the worse of the two
-# (0 parity, 1 divergence, 2 usage or loading error).
+#   1. `kvparity check --drive both`: this repository's refactored path against the legacy
+#      reference: the memory path under identical decisions, over every scenario class, in every
+#      world this machine runs (harness-driven), and admission through kvparity's model of SGLang's
+#      scheduler, per schedule policy (scheduler-driven); extra arguments go here (e.g. --examples 200);
+#   2. `kvparity check --sglang 0.5.3.post1 --against 0.5.3 --drive both`: the same two proofs on
+#      REAL SGLang, the release after pull request #11200 against the one before, the admission half
+#      through each release's own scheduler, both event loops, with the in-flight oracle.
+# The four verdicts are printed together at the end (scripts/main_job_summary.py reads the two
+# checks' --json files); the exit status is the worse of the two checks (0 parity, 1 divergence,
+# 2 usage or loading error). Pull request #11200 changes admission under lpm and dfs-weight, so
+# the main job's honest answer is 1: the memory path PARITY, admission DIVERGENCE under those two
+# policies (cause named), parity under fcfs.
 set -uo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 py=$(bash "$root/scripts/setup_env.sh") || exit 2
 cd "$root"
 kvparity="$(dirname "$py")/kvparity"
-"$kvparity" check "$@"
+verdicts=$(mktemp -d)
+trap 'rm -rf "$verdicts"' EXIT
+"$kvparity" check --drive both --json "$verdicts/model.json" "$@"
 model=$?
 echo
-"$kvparity" check --sglang 0.5.3.post1 --against 0.5.3
+"$kvparity" check --sglang 0.5.3.post1 --against 0.5.3 --drive both --json "$verdicts/real.json"
 real=$?
-verdict() { case $1 in 0) echo PARITY ;; 1) echo DIVERGENCE ;; *) echo "ERROR (exit $1)" ;; esac; }
 echo
-echo "main job: kvparity's model, refactored vs legacy:       $(verdict $model)"
-echo "main job: real SGLang, 0.5.3.post1 vs 0.5.3 (reference): $(verdict $real)"
+"$py" scripts/main_job_summary.py "$verdicts/model.json" $model "$verdicts/real.json" $real
 [ $model -ge $real ] && exit $model || exit $real
