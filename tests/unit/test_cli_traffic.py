@@ -1,0 +1,59 @@
+"""``kvparity check --drive scheduler`` on kvparity's own model (legacy against refactored, in this
+process): the verdict per policy, the shrunk counterexample as a replayable file, and the options
+that do not fit."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from kvparity.cli.main import main
+from kvparity.model.traffic import traffic_from_dict
+
+
+@pytest.fixture(autouse=True)
+def _keep_profile():
+    """``kvparity check`` loads its own Hypothesis profile; give the suite's back afterwards."""
+    from hypothesis import settings
+
+    before = settings.default
+    yield
+    settings.register_profile("_kvparity_restore", before)
+    settings.load_profile("_kvparity_restore")
+
+
+def test_the_model_reports_pr_11200s_admission_change_per_policy(tmp_path, capsys):
+    out = tmp_path / "verdict.json"
+    assert main(["check", "--drive", "scheduler", "--traffic-examples", "10", "--json", str(out)]) == 1
+    verdict = json.loads(out.read_text())
+    assert verdict["summary"] == "DIVERGENCE: admission differs under lpm, dfs-weight; parity under fcfs"
+    rows = {row["policy"]: row for row in verdict["rows"]}
+    assert [row["loop"] for row in verdict["rows"]] == ["normal"] * 3  # the model has no overlap loop
+    assert rows["fcfs"]["differing"] == 0 and rows["lpm"]["admission"] >= 1
+    assert "pull request #11200" in rows["lpm"]["first_difference"]["cause"]
+    saved = tmp_path / "shrunk.json"
+    saved.write_text(json.dumps(rows["lpm"]["first_difference"]["scenario"]))
+    assert traffic_from_dict(json.loads(saved.read_text())).config.schedule_policy == "lpm"
+    capsys.readouterr()
+    assert main(["check", "--drive", "scheduler", "--replay", str(saved)]) == 1
+    assert "verdict: DIVERGENCE" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("argv, problem", [
+    (["--drive", "scheduler", "--target", "get_last_loc", "--candidate", "examples/last_loc_blocks.py:get_last_loc"],
+     "--drive scheduler does not apply to --candidate"),
+    (["--drive", "scheduler", "--traffic-examples", "0"], "--traffic-examples must be from 1"),
+])
+def test_options_that_do_not_fit_are_refused(argv, problem, capsys):
+    assert main(["check", *argv]) == 2
+    assert problem in capsys.readouterr().err
+
+
+def test_a_traffic_scenario_replays_only_scheduler_driven(tmp_path, capsys):
+    saved = tmp_path / "traffic.json"
+    saved.write_text(json.dumps({"traffic": {"config": {"schedule_policy": "fcfs"},
+                                             "arrivals": [[{"rid": "a", "tokens": [1, 2], "max_new_tokens": 2}]]}}))
+    assert main(["check", "--drive", "harness", "--replay", str(saved)]) == 2
+    assert "it replays scheduler-driven" in capsys.readouterr().err
+    assert main(["check", "--replay", str(saved)]) == 0  # legacy and refactored decide alike under fcfs
