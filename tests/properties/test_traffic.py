@@ -35,3 +35,33 @@ def test_the_scheduler_driven_check_counts_shrinks_and_names_the_cause(workers):
         assert sum(len(group) for group in row.first.shrunk.scenario.arrivals) <= 3, row.first.shrunk.scenario.to_python()
         assert "pull request #11200" in row.first.cause and policy in row.first.cause
     assert verdict.summary() == "DIVERGENCE: admission differs under lpm, dfs-weight; parity under fcfs"
+
+
+def test_the_inflight_oracle_catches_a_copy_of_a_release_that_rewrites_an_inflight_cell(workers, tmp_path):
+    """A broken copy of 0.5.3.post1 (``overlap-decode-writes-one-column-back``: in the overlap loop,
+    prepare_for_decode writes the new slot one column back) against the release: in the overlap
+    loop the in-flight oracle reports the rewrite of the cell the batch in flight reads, with its
+    batch, request, row and column; the normal loop, which the copy leaves alone, agrees."""
+    from kvparity.engine.real.install import resolve
+    from kvparity.engine.traffic_players import RealTrafficPlayer
+    from kvparity.judge.admission import judge_traffic
+    from kvparity.model.traffic import Arrival, ServerConfig, TrafficScenario
+    from kvparity.teeth.real_zoo import REAL_MUTANTS_BY_NAME, make_mutated_copy
+
+    mutant = REAL_MUTANTS_BY_NAME["overlap-decode-writes-one-column-back"]
+    broken = RealTrafficPlayer(resolve(str(make_mutated_copy(resolve(mutant.version), mutant, tmp_path / "copy"))))
+    release = RealTrafficPlayer(resolve(mutant.version), workers[mutant.version])
+    one_request = ((Arrival("a", (1, 2, 3, 4), 3),),)
+    try:
+        overlap = TrafficScenario(ServerConfig(loop="overlap"), one_request)
+        judgement = judge_traffic(release.play(overlap), broken.play(overlap))
+        normal = TrafficScenario(ServerConfig(loop="normal"), one_request)
+        assert judge_traffic(release.play(normal), broken.play(normal)).agree
+    finally:
+        broken.close()
+    assert judgement.kind == "inflight" and judgement.decision is None
+    first = judgement.inflight_only_other[0]
+    # The prefill batch (iteration 0) reads a's cells 0-3; the next decode's write lands on cell 3.
+    assert {k: first[k] for k in ("kind", "class", "batch_iteration", "rid", "columns")} == {
+        "kind": "cell", "class": "live", "batch_iteration": 0, "rid": "a", "columns": [3]}
+    assert first["detected"] == {"iteration": 1, "step": "get_next_batch_to_run"}

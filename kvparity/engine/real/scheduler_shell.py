@@ -46,7 +46,9 @@ from __future__ import annotations
 
 import dataclasses
 import importlib
+import os
 import time
+import traceback
 from collections import deque
 from collections.abc import Callable
 from typing import Any
@@ -379,19 +381,25 @@ def run_traffic(ctx: Context, config: dict[str, Any], arrivals: list[list[dict[s
         build_s = time.perf_counter() - t0
         t1 = time.perf_counter()
         # SGLang's torch.compile'd helpers (the overlap loop's future-token resolution) run eagerly.
+        error = None
         with torch.compiler.set_stance("force_eager"):
             try:
                 adapter.run(shell, shell._kvp_knobs)
             except _EndOfTraffic:
                 pass
+            except (AttributeError, ImportError):
+                raise
+            except Exception as exc:  # SGLang stopped (its leak check, an assertion): that is a result
+                error = _stopped(shell, exc)
     except (AttributeError, ImportError) as exc:  # what the adapter does not provide, or a module it does not stand in
         raise ShellCannotDrive(
             f"the scheduler shell cannot drive sglang {entry.version} (adapter {adapter.name}, scheduler generation "
             f"{adapter.generation}): {type(exc).__name__}: {exc}") from exc
-    if shell._kvp_loop_ran != shell._kvp_loop:
+    if error is None and shell._kvp_loop_ran != shell._kvp_loop:
         raise RuntimeError(f"run_traffic: SGLang entered the {shell._kvp_loop_ran} loop, not the {shell._kvp_loop} one")
-    assert not shell._kvp_flights, "the loop ended with a batch still in flight"
+    assert error is not None or not shell._kvp_flights, "the loop ended with a batch still in flight"
     return {
+        "error": error,
         "loop": shell._kvp_loop,
         "iterations": shell._kvp_records,
         "outputs": shell._kvp_done,
@@ -403,6 +411,24 @@ def run_traffic(ctx: Context, config: dict[str, Any], arrivals: list[list[dict[s
         "scheduler_generation": shell._kvp_adapter.generation,
         "tree": _tree_label(shell._kvp_world),
     }
+
+
+def _stopped(shell: Any, exc: Exception) -> dict[str, Any]:
+    """SGLang raised inside its loop: the iteration and where (the innermost frame in sglang), and
+    the findings of the batches still in flight, classified as they would have been on landing."""
+    for flight in shell._kvp_flights:
+        by_rid = {r.rid: r for r in flight.reqs}
+        for finding in flight.findings:
+            finding["class"] = shell._kvp_adapter.req_class(by_rid[finding["rid"]])
+            shell._kvp_findings.append(finding)
+    shell._kvp_flights.clear()
+    frames = [f for f in traceback.extract_tb(exc.__traceback__) if f"{os.sep}sglang{os.sep}" in f.filename]
+    where = None
+    if frames:
+        name = frames[-1].filename
+        where = f"{name[name.rindex(os.sep + 'sglang' + os.sep) + 1:]}:{frames[-1].lineno} in {frames[-1].name}"
+    return {"iteration": shell._kvp_iteration, "message": f"{type(exc).__name__}: {exc}".strip()[:500],
+            "where": where}
 
 
 def _tree_label(world: Any) -> str:
