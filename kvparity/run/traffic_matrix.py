@@ -17,6 +17,8 @@ from kvparity.judge.admission import finding_line
 from kvparity.model.traffic import traffic_to_dict
 from kvparity.run.traffic_sweep import TrafficRow, TrafficVerdict, check_traffic
 
+FINDING_BUDGET_S = 5.0  # shrinking a release's first in-flight finding of each kind (37 releases)
+
 
 def traffic_matrix(sources: dict[str, Any], pairs: list[tuple[str, str]], *, examples: int,
                    shrink_budget_s: float | None, say: Callable[[str], None] = print) -> dict[str, Any]:
@@ -31,7 +33,8 @@ def traffic_matrix(sources: dict[str, Any], pairs: list[tuple[str, str]], *, exa
             for release in (ref, other):
                 if release not in players:
                     players[release] = CachingPlayer(RealTrafficPlayer(sources[release]))
-            verdict = check_traffic(players[ref], players[other], examples=examples, shrink_budget_s=shrink_budget_s)
+            verdict = check_traffic(players[ref], players[other], examples=examples, shrink_budget_s=shrink_budget_s,
+                                    finding_budget_s=FINDING_BUDGET_S)
             pair_docs.append(pair_document(ref, other, verdict))
             say(pair_line(pair_docs[-1]))
             for release in (ref, other):
@@ -58,7 +61,7 @@ def pair_document(ref: str, other: str, verdict: TrafficVerdict) -> dict[str, An
                      "scenario": None if shown is None else traffic_to_dict(shown),
                      "python": None if shown is None else shown.to_python()})
     return {"reference": ref, "other": other, "verdict": verdict.verdict, "summary": verdict.summary(),
-            "scenarios": verdict.scenarios, "rows": rows}
+            "scenarios": verdict.scenarios, "rows": rows, "seconds": round(verdict.seconds, 1)}
 
 
 def release_document(release: str, player: CachingPlayer, verdict: TrafficVerdict) -> dict[str, Any]:
@@ -86,7 +89,8 @@ def release_document(release: str, player: CachingPlayer, verdict: TrafficVerdic
 
 
 def pair_line(doc: dict[str, Any]) -> str:
-    return f"{doc['reference']} -> {doc['other']}: {doc['summary']} ({doc['scenarios']} traffic scenarios)"
+    return (f"{doc['reference']} -> {doc['other']}: {doc['summary']} ({doc['scenarios']} traffic scenarios, "
+            f"{doc['seconds']:.0f} s)")
 
 
 def markdown(doc: dict[str, Any]) -> str:

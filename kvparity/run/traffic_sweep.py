@@ -138,12 +138,14 @@ def drawn(count: int, policy: str, loop: str, seed_value: int | None = None) -> 
 
 def check_traffic(reference: TrafficPlayer, checked: TrafficPlayer, *, examples: int = DEFAULT_TRAFFIC_EXAMPLES,
                   policies: tuple[str, ...] = POLICIES, loops: tuple[str, ...] = LOOPS, seed_value: int | None = None,
-                  shrink_budget_s: float | None = 45.0,
+                  shrink_budget_s: float | None = 45.0, finding_budget_s: float = FINDING_BUDGET_S,
                   progress: Callable[[TrafficRow], None] | None = None) -> TrafficVerdict:
-    """Every policy under every loop both players can play; ``shrink_budget_s`` None: no shrinking."""
+    """Every policy under every loop both players can play; ``shrink_budget_s`` None: no shrinking;
+    ``finding_budget_s``: for the first example of each in-flight finding, per player."""
     start = time.monotonic()
     loops = tuple(loop for loop in loops if loop in reference.loops and loop in checked.loops)
     rows = []
+    shrunk_findings: set[tuple[str, str, str]] = set()  # (player, kind, class): the first is shrunk once per run
     with ThreadPoolExecutor(2) as pool:  # the two players at once: real ones are separate processes
         def both(scenario: TrafficScenario) -> tuple[dict[str, Any], dict[str, Any]]:
             ref = pool.submit(reference.play, scenario)
@@ -152,7 +154,7 @@ def check_traffic(reference: TrafficPlayer, checked: TrafficPlayer, *, examples:
         for loop in loops:
             for policy in policies:
                 row = _sweep_row(both, reference, checked, drawn(examples, policy, loop, seed_value), policy, loop,
-                                 shrink_budget_s)
+                                 shrink_budget_s, finding_budget_s, shrunk_findings)
                 rows.append(row)
                 if progress is not None:
                     progress(row)
@@ -163,7 +165,8 @@ Both = Callable[[TrafficScenario], tuple[dict[str, Any], dict[str, Any]]]
 
 
 def _sweep_row(both: Both, reference: TrafficPlayer, checked: TrafficPlayer, scenarios: list[TrafficScenario],
-               policy: str, loop: str, shrink_budget_s: float | None) -> TrafficRow:
+               policy: str, loop: str, shrink_budget_s: float | None, finding_budget_s: float,
+               shrunk_findings: set[tuple[str, str, str]]) -> TrafficRow:
     t0 = time.monotonic()
     row = TrafficRow(policy, loop)
     players = (reference, checked)
@@ -187,7 +190,9 @@ def _sweep_row(both: Both, reference: TrafficPlayer, checked: TrafficPlayer, sce
             _shrink_difference(row.first, both, reference, checked, shrink_budget_s)
         for player in players:
             for (kind, cls), example in row.inflight_examples[player.name].items():
-                _shrink_finding(example, player, kind, cls, min(shrink_budget_s, FINDING_BUDGET_S))
+                if (player.name, kind, cls) not in shrunk_findings:
+                    shrunk_findings.add((player.name, kind, cls))
+                    _shrink_finding(example, player, kind, cls, min(shrink_budget_s, finding_budget_s))
     row.seconds = time.monotonic() - t0
     return row
 
