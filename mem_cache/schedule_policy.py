@@ -1,5 +1,6 @@
-"""``SchedulePolicy.calc_priority`` as SGLang 0.5.3 ranks the waiting queue under ``fcfs``, ``lpm``
-and ``dfs-weight`` (no priorities, no hierarchical cache). Both versions share it: pull request
+"""``SchedulePolicy.calc_priority`` as SGLang 0.5.3 ranks the waiting queue under ``fcfs``, ``lpm``,
+``dfs-weight`` and ``lof`` (no priorities, no hierarchical cache; ``random`` is left out: it
+shuffles with Python's global generator). Both versions share it: pull request
 #11200 changed only the key each waiting request is matched with, which each version's
 ``Req.ranking_key`` gives (legacy: ``adjust_max_prefix_ids()``, capped at ``len - 1`` and at the
 logprob start; refactored: the whole ``origin_input_ids + output_ids``).
@@ -14,7 +15,7 @@ from typing import Any
 
 from kvparity.mem_cache.radix_cache import RadixCache, RadixKey, TreeNode
 
-POLICIES = ("fcfs", "lpm", "dfs-weight")
+POLICIES = ("fcfs", "lpm", "dfs-weight", "lof")
 # SGLang's defaults (environment variables there): a request whose cached prefix is this short is
 # checked against the other waiting requests; one that shares this much with an earlier one waits.
 IN_BATCH_PREFIX_CACHING_CHECK_THRESHOLD = 32
@@ -28,6 +29,9 @@ def calc_priority(policy: str, waiting_queue: list[Any], tree_cache: Any) -> boo
     chunk cache), as SGLang's does when its radix cache is disabled."""
     if policy not in POLICIES:
         raise ValueError(f"schedule policy {policy!r}: expected one of {', '.join(POLICIES)}")
+    if policy == "lof":  # longest output first; the tree plays no part (a stable sort: ties keep their order)
+        waiting_queue.sort(key=lambda r: -r.max_new_tokens)
+        return False
     if policy == "fcfs" or not isinstance(tree_cache, RadixCache):
         return False
     if policy == "lpm" and len(waiting_queue) > LPM_LONGEST_QUEUE:

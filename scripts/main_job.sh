@@ -11,7 +11,7 @@
 # checks' --json files); the exit status is the worse of the two checks (0 parity, 1 divergence,
 # 2 usage or loading error). Pull request #11200 changes admission under lpm and dfs-weight, so
 # the main job's honest answer is 1: the memory path PARITY, admission DIVERGENCE under those two
-# policies (cause named), parity under fcfs.
+# policies (cause named), parity under fcfs and lof.
 set -uo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 py=$(bash "$root/scripts/setup_env.sh") || exit 2

@@ -18,7 +18,7 @@ def workers(scheduler_workers):
 
 def test_the_scheduler_driven_check_counts_shrinks_and_names_the_cause(workers):
     """``check --drive scheduler`` on real 0.5.3 against 0.5.3.post1 (the normal loop here; the
-    overlap loop in the CLI's run): parity under fcfs; under lpm and dfs-weight a divergence,
+    overlap loop in the CLI's run): parity under fcfs and lof; under lpm and dfs-weight a divergence,
     counted, its first case shrunk and its cause named: PR #11200's ranking key."""
     from kvparity.engine.real.install import resolve
     from kvparity.engine.traffic_players import RealTrafficPlayer
@@ -28,13 +28,14 @@ def test_the_scheduler_driven_check_counts_shrinks_and_names_the_cause(workers):
     verdict = check_traffic(ref, checked, examples=15, loops=("normal",), shrink_budget_s=20)
     rows = {row.policy: row for row in verdict.rows}
     assert rows["fcfs"].verdict == "parity" and rows["fcfs"].scenarios == 15
+    assert rows["lof"].verdict == "parity"  # longest output first: the tree plays no part
     for policy in ("lpm", "dfs-weight"):
         row = rows[policy]
         assert row.verdict == "divergence" and row.admission >= 1, policy
         assert row.first.shrunk is not None and row.first.shrunk_judgement.admission
         assert sum(len(group) for group in row.first.shrunk.scenario.arrivals) <= 3, row.first.shrunk.scenario.to_python()
         assert "pull request #11200" in row.first.cause and policy in row.first.cause
-    assert verdict.summary() == "DIVERGENCE: admission differs under lpm, dfs-weight; parity under fcfs"
+    assert verdict.summary() == "DIVERGENCE: admission differs under lpm, dfs-weight; parity under fcfs, lof"
 
 
 def test_the_inflight_oracle_catches_a_copy_of_a_release_that_rewrites_an_inflight_cell(workers, tmp_path):

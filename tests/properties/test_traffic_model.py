@@ -13,6 +13,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 
 from kvparity.engine.traffic_loop import VOCAB_SIZE, play_traffic
+from kvparity.mem_cache.schedule_policy import POLICIES
 from kvparity.model.traffic import Arrival, ServerConfig, TrafficScenario
 from kvparity.model.traffic_strategies import traffic_scenarios
 
@@ -62,7 +63,7 @@ def at(result: dict[str, Any], iteration: int) -> dict[str, Any]:
 # --------------------------------------------------------------------------- drawn traffic
 
 
-@pytest.mark.parametrize("policy", ["fcfs", "lpm", "dfs-weight"])
+@pytest.mark.parametrize("policy", POLICIES)
 @pytest.mark.parametrize("version, release", PAIRS)
 def test_the_model_decides_every_iteration_as_sglangs_own_loop(workers, version, release, policy):
     @settings(max_examples=10, deadline=None, database=None, derandomize=True,

@@ -27,10 +27,10 @@ def test_the_model_reports_pr_11200s_admission_change_per_policy(tmp_path, capsy
     out = tmp_path / "verdict.json"
     assert main(["check", "--drive", "scheduler", "--traffic-examples", "10", "--json", str(out)]) == 1
     verdict = json.loads(out.read_text())
-    assert verdict["summary"] == "DIVERGENCE: admission differs under lpm, dfs-weight; parity under fcfs"
+    assert verdict["summary"] == "DIVERGENCE: admission differs under lpm, dfs-weight; parity under fcfs, lof"
     rows = {row["policy"]: row for row in verdict["rows"]}
-    assert [row["loop"] for row in verdict["rows"]] == ["normal"] * 3  # the model has no overlap loop
-    assert rows["fcfs"]["differing"] == 0 and rows["lpm"]["admission"] >= 1
+    assert [row["loop"] for row in verdict["rows"]] == ["normal"] * 4  # the model has no overlap loop
+    assert rows["fcfs"]["differing"] == 0 and rows["lof"]["differing"] == 0 and rows["lpm"]["admission"] >= 1
     assert "pull request #11200" in rows["lpm"]["first_difference"]["cause"]
     saved = tmp_path / "shrunk.json"
     saved.write_text(json.dumps(rows["lpm"]["first_difference"]["scenario"]))
