@@ -106,18 +106,34 @@ class TrafficVerdict:
         return sum(r.scenarios for r in self.rows)
 
     def summary(self) -> str:
-        """One line: the policies under which decisions differ (admission, when every differing row's
-        first difference is one of admission), and those under which they do not."""
+        """One line: what differs (by the kind of each differing row's first difference) under which
+        policies and loops, and the policies under which nothing does."""
         policies = list(dict.fromkeys(r.policy for r in self.rows))
         if self.verdict == "parity":
             return "PARITY under " + ", ".join(policies)
-        differ = [r for r in self.rows if r.verdict != "parity"]
-        same = [p for p in policies if p not in {r.policy for r in differ}]
-        what = "admission differs" if all(r.admission for r in differ) else "decisions differ"
-        parts = [f"DIVERGENCE: {what} under " + ", ".join(dict.fromkeys(r.policy for r in differ))]
-        if same:
-            parts.append("parity under " + ", ".join(same))
-        return "; ".join(parts)
+        groups: dict[str, list[TrafficRow]] = {}
+        for row in self.rows:
+            if row.first is not None:
+                groups.setdefault(_KIND_WORDS[_row_kind(row)], []).append(row)
+        parts = []
+        for what, rows in groups.items():
+            loops = list(dict.fromkeys(r.loop for r in rows))
+            where = "" if set(loops) == {r.loop for r in self.rows} else f" ({', '.join(loops)} loop)"
+            parts.append(f"{what} under {', '.join(dict.fromkeys(r.policy for r in rows))}{where}")
+        same = [p for p in policies if all(r.verdict == "parity" for r in self.rows if r.policy == p)]
+        return "DIVERGENCE: " + "; ".join(parts + (["parity under " + ", ".join(same)] if same else []))
+
+
+_KIND_WORDS = {"admission": "admission differs", "decision": "decisions differ",
+               "inflight": "in-flight findings the reference lacks", "error": "the scheduler stopped on an error",
+               "outputs": "outputs differ"}
+
+
+def _row_kind(row: TrafficRow) -> str:
+    judgement = row.first.judgement if row.first is not None else None
+    if judgement is None:
+        return "decision"
+    return "admission" if judgement.kind == "decision" and judgement.admission else judgement.kind
 
 
 def drawn(count: int, policy: str, loop: str, seed_value: int | None = None) -> list[TrafficScenario]:

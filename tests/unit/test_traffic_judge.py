@@ -81,3 +81,18 @@ def test_a_traffic_scenario_shrinks_to_what_keeps_the_failure_and_round_trips():
                       candidates=traffic_candidates).scenario
     assert shrunk == TrafficScenario(ServerConfig(), ((Arrival("r0", (7,), 1),),))
     assert traffic_from_dict(traffic_to_dict(scenario)) == scenario
+
+
+def test_the_verdict_line_says_what_differs_under_which_policy_and_loop():
+    from kvparity.run.traffic_sweep import FirstDifference, TrafficRow, TrafficVerdict
+
+    order = judge_traffic(run(rec(0, "EXTEND", ["a", "b"])), run(rec(0, "EXTEND", ["b", "a"])))
+    rewrite = judge_traffic(run(rec(0)), run(rec(0), inflight=[cell(0, 0)]))
+    rows = [TrafficRow("fcfs", "normal"), TrafficRow("lpm", "normal"), TrafficRow("fcfs", "overlap"),
+            TrafficRow("lpm", "overlap")]
+    rows[1].differing, rows[1].first = 1, FirstDifference(None, order)
+    rows[3].differing, rows[3].first = 1, FirstDifference(None, order)
+    assert TrafficVerdict("a", "b", rows, 0.0).summary() == "DIVERGENCE: admission differs under lpm; parity under fcfs"
+    rows[2].differing, rows[2].first = 1, FirstDifference(None, rewrite)
+    assert TrafficVerdict("a", "b", rows, 0.0).summary() == (
+        "DIVERGENCE: admission differs under lpm; in-flight findings the reference lacks under fcfs (overlap loop)")
