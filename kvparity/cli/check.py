@@ -177,7 +177,13 @@ def _run(args: argparse.Namespace, real: RealRun | None) -> int:
             return USAGE_ERROR
         print(f"kvparity check: scheduler-driven check not run: {pair}", flush=True)
         return _run_harness(args, real)
-    status, args.scheduler_json = _scheduler_half(args, pair)
+    from kvparity.engine.real import RealSGLangError
+
+    try:
+        status, args.scheduler_json = _scheduler_half(args, pair)
+    except RealSGLangError as exc:  # a release the shell cannot drive, a worker that died or hung
+        print(f"kvparity check: scheduler-driven: {exc}", file=sys.stderr)
+        return USAGE_ERROR
     if drive == "scheduler":
         return _write_files(args, {"json": lambda: json.dumps(args.scheduler_json, indent=2, sort_keys=True) + "\n"}
                             if args.json else {}, status)
@@ -212,8 +218,13 @@ def _replay_traffic(args: argparse.Namespace, real: RealRun | None) -> int:
     if isinstance(pair, str):
         print(f"kvparity check: --replay {args.replay}: {pair}", file=sys.stderr)
         return USAGE_ERROR
+    from kvparity.engine.real import RealSGLangError
+
     try:
         return replay_traffic(args.replay_traffic, pair, args.replay)
+    except RealSGLangError as exc:
+        print(f"kvparity check: --replay {args.replay}: {exc}", file=sys.stderr)
+        return USAGE_ERROR
     finally:
         for player in pair:
             player.close()
