@@ -57,7 +57,7 @@ class TrafficJudgement:
 
     decision: DecisionDifference | None
     outputs: tuple[str, Any, Any] | None  # (rid, reference's output ids, other's)
-    inflight_only_other: tuple[dict[str, Any], ...]  # the other run's findings the reference has not
+    inflight_only_other: tuple[dict[str, Any], ...]  # the other run's live findings the reference has not
     error: dict[str, Any] | None = None  # {"iteration", "message"}
 
     @property
@@ -99,8 +99,10 @@ def judge_traffic(reference: dict[str, Any], other: dict[str, Any]) -> TrafficJu
         if reference["outputs"].get(rid) != other["outputs"].get(rid):
             outputs = (rid, reference["outputs"].get(rid), other["outputs"].get(rid))
             break
+    # Only a live request's findings can diverge: a finished or retracted request's token of the
+    # batch in flight is dropped by SGLang itself (they are counted and shown per release, apart).
     theirs = {_identity(f) for f in reference.get("inflight_violations", ())}
-    extra = tuple(f for f in other.get("inflight_violations", ()) if _identity(f) not in theirs)
+    extra = tuple(f for f in other.get("inflight_violations", ()) if f["class"] == "live" and _identity(f) not in theirs)
     error = other.get("error")
     if error is not None and reference.get("error") is not None and error["message"] == reference["error"]["message"]:
         error = None  # both stopped alike

@@ -52,6 +52,8 @@ def test_a_finding_only_the_checked_run_has_is_a_difference_and_shown_first_when
     judgement = judge_traffic(ref, got)
     assert judgement.kind == "inflight" and "cells [0] changed [2] -> [1]" in judgement.line()
     assert judge_traffic(got, got).agree  # the same finding in both runs: a property of both, not a difference
+    dropped = run(*got["iterations"], inflight=[cell(0, 0, cls="finished")])
+    assert judge_traffic(ref, dropped).kind == "decision"  # a finished request's token is dropped: not a divergence
 
 
 def test_a_scheduler_that_raised_where_the_reference_did_not_differs():
