@@ -37,7 +37,6 @@ from typing import Any
 from kvparity.candidate.targets import CHECK_TARGETS, REGISTRY, WHOLE_PATH
 from kvparity.cli.paths import output_path_problem, positive_number_problem, write_problem
 from kvparity.model.scenario import scenario_from_dict, scenario_to_dict
-from kvparity.model.traffic import is_traffic_dict, traffic_from_dict
 from kvparity.model.worlds import MODELLED_RELEASES
 
 USAGE_ERROR = 2
@@ -288,6 +287,9 @@ def _replay_problem(args: argparse.Namespace) -> str | None:
     args.replay_scenario = args.replay_traffic = None
     if args.replay is None:
         return None
+    # Here, not at the top: the traffic model imports the shared caches, which fix the device.
+    from kvparity.model.traffic import is_traffic_dict, traffic_from_dict
+
     try:
         data = json.loads(Path(args.replay).read_text())
         if isinstance(data, dict) and "verdict" in data:  # a --json verdict: its counterexample
