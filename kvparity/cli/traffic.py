@@ -25,8 +25,6 @@ from kvparity.model.traffic import TrafficScenario, traffic_to_dict
 from kvparity.model.worlds import MODELLED_RELEASES
 from kvparity.run.traffic_sweep import TrafficRow, TrafficVerdict, check_traffic
 
-MODELLED = MODELLED_RELEASES
-
 
 def players(real: Any) -> tuple[TrafficPlayer, TrafficPlayer] | str:
     """(reference, checked) for this run, or why it has no scheduler-driven check."""
@@ -38,11 +36,11 @@ def players(real: Any) -> tuple[TrafficPlayer, TrafficPlayer] | str:
     if real.reference is not None:
         pair = RealTrafficPlayer(real.reference), RealTrafficPlayer(real.checked)
         return pair
-    if version in MODELLED:
-        pair = ModelTrafficPlayer(MODELLED[version]), RealTrafficPlayer(real.checked)
+    if version in MODELLED_RELEASES:
+        pair = ModelTrafficPlayer(MODELLED_RELEASES[version]), RealTrafficPlayer(real.checked)
         return pair
     return (f"--sglang {version} alone has no scheduler to be checked against (kvparity models the scheduler of "
-            f"{' and '.join(MODELLED)} only): give --against RELEASE")
+            f"{' and '.join(MODELLED_RELEASES)} only): give --against RELEASE")
 
 
 def check_scheduler(args: argparse.Namespace, pair: tuple[TrafficPlayer, TrafficPlayer],
@@ -106,18 +104,12 @@ def _print_inflight(verdict: TrafficVerdict, files: ScenarioFiles, replay: Calla
     print("\nin-flight oracle (overlap loop: while batch N's forward is in flight, the cells its requests read "
           "and its rows must not change):")
     for name in overlap[0].inflight:
-        counts: dict[tuple[str, str], int] = {}
-        scenarios = sum(r.inflight_scenarios[name] for r in overlap)
-        for r in overlap:
-            for key, n in r.inflight[name].items():
-                counts[key] = counts.get(key, 0) + n
-        total = sum(r.scenarios for r in overlap)
-        print(f"  {name}: findings in {scenarios} of {total} scenarios"
-              + ("" if counts else " (none)"))
-        for (kind, cls), n in sorted(counts.items()):
-            example = next(r.inflight_examples[name][(kind, cls)] for r in overlap if (kind, cls) in r.inflight_examples[name])
-            finding = example.shrunk_finding or example.finding
-            scenario = example.shrunk.scenario if example.shrunk is not None else example.scenario
+        totals = verdict.inflight(name)
+        print(f"  {name}: findings in {totals.scenarios_with} of {totals.scenarios} scenarios"
+              + ("" if totals.counts else " (none)"))
+        for (kind, cls), n in sorted(totals.counts.items()):
+            example = totals.first[(kind, cls)]
+            finding, scenario = example.shown
             print(f"    {kind} ({cls}): {n} findings; the first{' (shrunk)' if example.shrunk else ''}: "
                   f"{finding_line(finding)}")
             print("      " + scenario.to_python().replace("\n", "\n      "))
@@ -127,17 +119,14 @@ def to_json(verdict: TrafficVerdict) -> dict[str, Any]:
     rows = []
     for row in verdict.rows:
         first = row.first
-        shown: TrafficScenario | None = None
-        if first is not None:
-            shown = first.shrunk.scenario if first.shrunk else first.scenario
-        judgement = None if first is None else (first.shrunk_judgement or first.judgement)
+        shown, judgement = (None, None) if first is None else first.shown
         rows.append({
             "policy": row.policy, "loop": row.loop, "scenarios": row.scenarios, "differing": row.differing,
             "admission": row.admission, "verdict": row.verdict, "seconds": round(row.seconds, 1),
             "classes": dict(sorted(row.classes.items())),
             "first_difference": None if first is None else {
-                "line": _line(judgement), "cause": first.cause, "scenario": None if shown is None else traffic_to_dict(shown),
-                "shrunk": first.shrunk is not None},
+                "line": _line(judgement), "cause": first.cause,
+                "scenario": None if shown is None else traffic_to_dict(shown), "shrunk": first.shrunk is not None},
             "inflight": {name: {f"{k} ({c})": n for (k, c), n in sorted(counts.items())}
                          for name, counts in row.inflight.items()},
             "inflight_scenarios": dict(row.inflight_scenarios),

@@ -8,7 +8,6 @@ oracle finds in the overlap loop and what the shell costs. Each release plays ea
 from __future__ import annotations
 
 import statistics
-from collections import Counter
 from collections.abc import Callable
 from typing import Any
 
@@ -52,8 +51,7 @@ def pair_document(ref: str, other: str, verdict: TrafficVerdict) -> dict[str, An
     rows = []
     for row in verdict.rows:
         first = row.first
-        shown = None if first is None else (first.shrunk.scenario if first.shrunk else first.scenario)
-        judgement = None if first is None else (first.shrunk_judgement or first.judgement)
+        shown, judgement = (None, None) if first is None else first.shown
         rows.append({"policy": row.policy, "loop": row.loop, "scenarios": row.scenarios, "differing": row.differing,
                      "admission": row.admission, "verdict": row.verdict,
                      "first": None if judgement is None else judgement.line(),
@@ -66,23 +64,17 @@ def pair_document(ref: str, other: str, verdict: TrafficVerdict) -> dict[str, An
 
 def release_document(release: str, player: CachingPlayer, verdict: TrafficVerdict) -> dict[str, Any]:
     """What the in-flight oracle found in ``release`` (overlap loop), and the shell's costs."""
-    overlap = [r for r in verdict.rows if r.loop == "overlap"]
-    counts: Counter[str] = Counter()
+    totals = verdict.inflight(player.name)
     examples: dict[str, dict[str, Any]] = {}
-    for row in overlap:
-        for (kind, cls), n in row.inflight[player.name].items():
-            counts[f"{kind} ({cls})"] += n
-        for (kind, cls), example in row.inflight_examples[player.name].items():
-            finding = example.shrunk_finding or example.finding
-            scenario = example.shrunk.scenario if example.shrunk is not None else example.scenario
-            examples.setdefault(f"{kind} ({cls})", {"line": finding_line(finding), "finding": finding,
-                                                    "python": scenario.to_python(),
-                                                    "scenario": traffic_to_dict(scenario)})
+    for (kind, cls), example in sorted(totals.first.items()):
+        finding, scenario = example.shown
+        examples[f"{kind} ({cls})"] = {"line": finding_line(finding), "finding": finding,
+                                       "python": scenario.to_python(), "scenario": traffic_to_dict(scenario)}
     results = list(player.results.values())
     iterations = sum(len(r["iterations"]) for r in results)
-    return {"release": release, "inflight": dict(sorted(counts.items())), "inflight_first": examples,
-            "overlap_scenarios": sum(r.scenarios for r in overlap),
-            "overlap_scenarios_with_findings": sum(r.inflight_scenarios[player.name] for r in overlap),
+    return {"release": release, "inflight": {f"{k} ({c})": n for (k, c), n in sorted(totals.counts.items())},
+            "inflight_first": examples, "overlap_scenarios": totals.scenarios,
+            "overlap_scenarios_with_findings": totals.scenarios_with,
             "costs": {"plays": len(results), "iterations": iterations,
                       "build_s_median": round(statistics.median(r["build_s"] for r in results), 4) if results else None,
                       "ms_per_iteration": round(1000 * sum(r["loop_s"] for r in results) / max(iterations, 1), 3)}}

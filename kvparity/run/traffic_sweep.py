@@ -52,6 +52,13 @@ class FirstDifference:
     shrunk_judgement: TrafficJudgement | None = None
     cause: str | None = None
 
+    @property
+    def shown(self) -> tuple[TrafficScenario, TrafficJudgement]:
+        """What a report shows: the shrunk scenario and its judgement, else the scenario as drawn."""
+        if self.shrunk is not None and self.shrunk_judgement is not None:
+            return self.shrunk.scenario, self.shrunk_judgement
+        return self.scenario, self.judgement
+
 
 @dataclass
 class InflightExample:
@@ -59,6 +66,23 @@ class InflightExample:
     scenario: TrafficScenario
     shrunk: Shrunk | None = None
     shrunk_finding: dict[str, Any] | None = None
+
+    @property
+    def shown(self) -> tuple[dict[str, Any], TrafficScenario]:
+        """The finding and scenario a report shows: shrunk when shrinking ran, else as first seen."""
+        if self.shrunk is not None and self.shrunk_finding is not None:
+            return self.shrunk_finding, self.shrunk.scenario
+        return self.finding, self.scenario
+
+
+@dataclass
+class InflightTotals:
+    """One player's in-flight findings over a verdict's overlap-loop rows."""
+
+    counts: Counter[tuple[str, str]]  # by (kind, class)
+    scenarios_with: int  # scenarios with any finding
+    scenarios: int  # scenarios played in the overlap loop
+    first: dict[tuple[str, str], InflightExample]  # the first example of each (kind, class)
 
 
 @dataclass
@@ -104,6 +128,17 @@ class TrafficVerdict:
     @property
     def scenarios(self) -> int:
         return sum(r.scenarios for r in self.rows)
+
+    def inflight(self, name: str) -> InflightTotals:
+        """Player ``name``'s in-flight findings, summed over the overlap-loop rows."""
+        overlap = [r for r in self.rows if r.loop == "overlap"]
+        totals = InflightTotals(Counter(), sum(r.inflight_scenarios[name] for r in overlap),
+                                sum(r.scenarios for r in overlap), {})
+        for row in overlap:
+            totals.counts.update(row.inflight.get(name, {}))
+            for key, example in row.inflight_examples.get(name, {}).items():
+                totals.first.setdefault(key, example)
+        return totals
 
     def summary(self) -> str:
         """One line: what differs (by the kind of each differing row's first difference) under which
