@@ -21,29 +21,12 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from hypothesis import HealthCheck, given, settings  # noqa: E402
-
 from kvparity.engine.real.install import resolve  # noqa: E402
 from kvparity.engine.real.worker import RealWorker  # noqa: E402
 from kvparity.mem_cache.schedule_policy import POLICIES  # noqa: E402
-from kvparity.model.traffic import TrafficScenario  # noqa: E402
-from kvparity.model.traffic_strategies import traffic_scenarios  # noqa: E402
+from kvparity.run.traffic_sweep import drawn  # noqa: E402
 
 RELEASES = ("0.5.3", "0.5.3.post1")
-
-
-def drawn(count: int) -> list[TrafficScenario]:
-    """``count`` derandomized traffic scenarios (the policy each is played under is set later)."""
-    found: list[TrafficScenario] = []
-
-    @settings(max_examples=count, derandomize=True, database=None, deadline=None,
-              suppress_health_check=list(HealthCheck))
-    @given(traffic_scenarios(policies=("fcfs",)))
-    def keep(scenario: TrafficScenario) -> None:
-        found.append(scenario)
-
-    keep()
-    return found
 
 
 def batches(result: dict) -> list[tuple[str, tuple[str, ...]]]:
@@ -54,7 +37,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--mixes", type=int, default=200)
     args = parser.parse_args(argv)
-    scenarios = drawn(args.mixes)
+    scenarios = drawn(args.mixes, "fcfs", "normal")  # each is then played under every policy
     differ: Counter = Counter()
     workers = {r: RealWorker(resolve(r), plugins=("kvparity.engine.real.scheduler_shell",)) for r in RELEASES}
     try:
