@@ -11,6 +11,7 @@ that key (admission matches again, with the request's own match key)."""
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Callable
 from typing import Any
 
 from kvparity.mem_cache.radix_cache import RadixCache, RadixKey, TreeNode
@@ -23,10 +24,12 @@ IN_BATCH_PREFIX_CACHING_DEPRIORITIZE_THRESHOLD = 32
 LPM_LONGEST_QUEUE = 128  # above it, lpm ranks as fcfs (matching every request costs too much)
 
 
-def calc_priority(policy: str, waiting_queue: list[Any], tree_cache: Any) -> bool:
+def calc_priority(policy: str, waiting_queue: list[Any], tree_cache: Any,
+                  ranking_key: Callable[[Any], list[int]] | None = None) -> bool:
     """Reorder ``waiting_queue`` in place as ``policy`` ranks it; True when the requests were
     matched against the tree. A policy that needs the tree ranks as ``fcfs`` without one (the
-    chunk cache), as SGLang's does when its radix cache is disabled."""
+    chunk cache), as SGLang's does when its radix cache is disabled. ``ranking_key``: the key a
+    request is matched with (default: its version's own ``Req.ranking_key``)."""
     if policy not in POLICIES:
         raise ValueError(f"schedule policy {policy!r}: expected one of {', '.join(POLICIES)}")
     if policy == "lof":  # longest output first; the tree plays no part (a stable sort: ties keep their order)
@@ -36,7 +39,7 @@ def calc_priority(policy: str, waiting_queue: list[Any], tree_cache: Any) -> boo
         return False
     if policy == "lpm" and len(waiting_queue) > LPM_LONGEST_QUEUE:
         return False
-    waiting_last = _compute_prefix_matches(waiting_queue, tree_cache)
+    waiting_last = _compute_prefix_matches(waiting_queue, tree_cache, ranking_key or (lambda req: req.ranking_key()))
     if policy == "lpm":
         waiting_queue.sort(key=lambda r: float("inf") if r.rid in waiting_last else -len(r.prefix_indices))
     else:
@@ -44,7 +47,8 @@ def calc_priority(policy: str, waiting_queue: list[Any], tree_cache: Any) -> boo
     return True
 
 
-def _compute_prefix_matches(waiting_queue: list[Any], tree_cache: RadixCache) -> set[str]:
+def _compute_prefix_matches(waiting_queue: list[Any], tree_cache: RadixCache,
+                            ranking_key: Callable[[Any], list[int]]) -> set[str]:
     """Match every request's ranking key; a request with little in the cache that shares a long
     prefix with an earlier such request waits (in-batch prefix caching: run one of them first,
     so the others can hit its prefix). SGLang keeps those keys in a page-size-1 radix tree of its
@@ -52,7 +56,7 @@ def _compute_prefix_matches(waiting_queue: list[Any], tree_cache: RadixCache) ->
     deprioritized: set[str] = set()
     inserted: list[tuple[str | None, list[int]]] = []
     for req in waiting_queue:
-        key = req.ranking_key()
+        key = ranking_key(req)
         req.prefix_indices, req.last_node = tree_cache.match_prefix(RadixKey(key, req.extra_key))
         if len(req.prefix_indices) > IN_BATCH_PREFIX_CACHING_CHECK_THRESHOLD:
             continue

@@ -23,14 +23,15 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from kvparity.engine.real.install import resolve  # noqa: E402
 from kvparity.engine.real.worker import RealWorker  # noqa: E402
+from kvparity.engine.traffic_run import TrafficRun  # noqa: E402
 from kvparity.mem_cache.schedule_policy import POLICIES  # noqa: E402
 from kvparity.run.traffic_sweep import drawn  # noqa: E402
 
 RELEASES = ("0.5.3", "0.5.3.post1")
 
 
-def batches(result: dict) -> list[tuple[str, tuple[str, ...]]]:
-    return [(rec["mode"], tuple(rec["rids"])) for rec in result["iterations"] if rec["mode"] is not None]
+def batches(result: TrafficRun) -> list[tuple[str, tuple[str, ...]]]:
+    return [(rec.mode, rec.rids) for rec in result.decisions if rec.mode is not None]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -45,7 +46,8 @@ def main(argv: list[str] | None = None) -> int:
             for scenario in scenarios:
                 played = dataclasses.replace(scenario, config=dataclasses.replace(scenario.config, schedule_policy=policy))
                 config, arrivals = played.to_plain()
-                formed = {r: batches(w.call("run_traffic", config=config, arrivals=arrivals)) for r, w in workers.items()}
+                formed = {r: batches(TrafficRun.from_plain(w.call("run_traffic", config=config, arrivals=arrivals)))
+                          for r, w in workers.items()}
                 differ[policy] += formed[RELEASES[0]] != formed[RELEASES[1]]
     finally:
         for worker in workers.values():

@@ -19,8 +19,9 @@ Per release: the scheduler generation and its adapter (``shell_adapters``), the 
 (``versions.GENERATIONS``), the cache (``tree``), the worker's start time,
 then per scenario and loop: build_s (building the shell and the world), iterations, mean ms per
 iteration, retractions, whether every request finished with all its outputs, and the in-flight
-oracle's findings counted by kind (cell / row) and class (live / finished / retracted), with the
-first finding of each kind and class (iteration of the batch, request, row, columns or taker). A
+oracle's findings counted by kind (cell / row), class (live / finished / retracted) and harm (wrong
+KV / table only, the KV canary's reading), with the first finding of each (iteration of the batch,
+request, row, columns or taker). A
 release that cannot be driven is reported (which one, and why) and the rest go on.
 """
 
@@ -41,7 +42,9 @@ from kvparity.engine.real.install import resolve  # noqa: E402
 from kvparity.engine.real.shell_adapters import adapter_for  # noqa: E402
 from kvparity.engine.real.versions import SUPPORTED, version_key  # noqa: E402
 from kvparity.engine.real.worker import RealWorker, RemoteError  # noqa: E402
+from kvparity.engine.traffic_run import TrafficRun  # noqa: E402
 from kvparity.model.traffic import LOOPS, Arrival, ServerConfig, TrafficScenario  # noqa: E402
+from kvparity.model.traffic_records import InflightFinding  # noqa: E402
 
 PLUGINS = ("kvparity.engine.real.scheduler_shell",)
 KINDS = ("cell", "row")
@@ -94,31 +97,31 @@ SCENARIOS = {"radix-chunked": _radix_chunked, "retract": _retract, "lpm-burst": 
              "chunked-few-rows": _chunked_few_rows}
 
 
-def _first_line(finding: dict[str, Any]) -> str:
-    where = f"cols {_span(finding['columns'])}" if finding["kind"] == "cell" else f"taken by {finding['taken_by']}"
-    return f"it {finding['batch_iteration']} {finding['rid']} row {finding['row']} {where}"
+def _first_line(finding: InflightFinding) -> str:
+    where = f"cols {_span(finding.columns)}" if finding.kind == "cell" else f"taken by {finding.taken_by}"
+    return f"it {finding.batch_iteration} {finding.rid} row {finding.row} {where}"
 
 
-def _span(columns: list[int]) -> str:
+def _span(columns: tuple[int, ...]) -> str:
     return str(columns[0]) if len(columns) == 1 else f"{columns[0]}-{columns[-1]}"
 
 
-def summarize(scenario: TrafficScenario, result: dict[str, Any]) -> dict[str, Any]:
+def summarize(scenario: TrafficScenario, result: TrafficRun) -> dict[str, Any]:
     """One run's costs and the oracle's findings, as plain data."""
-    records = result["iterations"]
+    records = result.decisions
     expected = {a.rid: a.max_new_tokens for group in scenario.arrivals for a in group}
-    got = {rid: len(out) for rid, out in result["outputs"].items()}
+    got = {rid: len(out) for rid, out in result.outputs.items()}
     counts: Counter[str] = Counter()
     first: dict[str, str] = {}
-    for finding in result["inflight_violations"]:
-        key = f"{finding['kind']}/{finding['class']}"
+    for finding in result.inflight:
+        key = f"{finding.kind}/{finding.cls}/{finding.harm}"
         counts[key] += 1
         first.setdefault(key, _first_line(finding))
-    ms = [rec["ms"] for rec in records if "ms" in rec]
+    ms = [rec.ms for rec in records]
     return {
-        "build_s": result["build_s"], "loop_s": result["loop_s"], "iterations": len(records),
+        "build_s": result.build_s, "loop_s": result.loop_s, "iterations": len(records),
         "mean_ms": round(sum(ms) / len(ms), 3) if ms else None,
-        "retractions": sum(rec["retracted"] for rec in records),
+        "retractions": sum(rec.retracted for rec in records),
         "complete": got == expected, "findings": dict(sorted(counts.items())), "first": dict(sorted(first.items())),
     }
 
@@ -142,13 +145,15 @@ def play_release(release: str, loops: list[str]) -> dict[str, Any]:
             for loop in loops:
                 run: dict[str, Any] = {"scenario": name, "loop": loop}
                 try:
-                    result = worker.call("run_traffic", config=dict(config, loop=loop), arrivals=arrivals)
+                    result = TrafficRun.from_plain(
+                        worker.call("run_traffic", config=dict(config, loop=loop), arrivals=arrivals))
                 except RemoteError as exc:
                     run["error"] = f"{exc.type}: {exc.remote_message}"
                     run["traceback"] = exc.remote_traceback
                 else:
-                    out.update(adapter=result["adapter"], scheduler_generation=result["scheduler_generation"])
-                    out.setdefault("tree", result["tree"])
+                    out.update(adapter=result.player["adapter"],
+                               scheduler_generation=result.player["scheduler_generation"])
+                    out.setdefault("tree", result.player["tree"])
                     run.update(summarize(scenario, result))
                 out["runs"].append(run)
     except RealSGLangError as exc:  # the worker would not start, died or hung
@@ -169,7 +174,7 @@ def table(report: dict[str, Any]) -> str:
     cols = "   {:<17} {:<8} {:>7} {:>5} {:>8} {:>7} {:>8}  {}"
     if report["runs"]:
         lines.append(cols.format("scenario", "loop", "build_s", "iter", "ms/iter", "retract", "complete",
-                                 "in-flight findings (kind/class: count; first)"))
+                                 "in-flight findings (kind/class/harm: count; first)"))
     for run in report["runs"]:
         if "error" in run:
             lines.append(f"   {run['scenario']:<17} {run['loop']:<8} FAILED on sglang {report['release']}: {run['error']}")

@@ -19,11 +19,11 @@ from typing import Any
 
 from kvparity.cli.watch import ScenarioFiles
 from kvparity.engine.traffic_players import ModelTrafficPlayer, RealTrafficPlayer, TrafficPlayer
-from kvparity.judge.admission import TrafficJudgement, finding_line, judge_traffic
+from kvparity.judge.admission import TrafficJudgement, judge_traffic
 from kvparity.model.classes import TRAFFIC_REQUIRED
 from kvparity.model.traffic import TrafficScenario, traffic_to_dict
 from kvparity.model.worlds import MODELLED_RELEASES
-from kvparity.run.traffic_sweep import TrafficRow, TrafficVerdict, check_traffic
+from kvparity.run.traffic_sweep import TrafficRow, TrafficVerdict, check_traffic, finding_label
 
 
 def players(real: Any) -> tuple[TrafficPlayer, TrafficPlayer] | str:
@@ -59,6 +59,7 @@ def check_scheduler(args: argparse.Namespace, pair: tuple[TrafficPlayer, Traffic
     for row in verdict.rows:
         _print_first_difference(row, files, replay)
     _print_inflight(verdict, files, replay)
+    _print_findings(verdict)
     print(f"verdict (scheduler-driven): {verdict.summary()} ({verdict.scenarios} traffic scenarios in "
           f"{verdict.seconds:.0f} s)", flush=True)
     return (0 if verdict.verdict == "parity" else 1), to_json(verdict)
@@ -107,11 +108,25 @@ def _print_inflight(verdict: TrafficVerdict, files: ScenarioFiles, replay: Calla
         totals = verdict.inflight(name)
         print(f"  {name}: findings in {totals.scenarios_with} of {totals.scenarios} scenarios"
               + ("" if totals.counts else " (none)"))
-        for (kind, cls), n in sorted(totals.counts.items()):
-            example = totals.first[(kind, cls)]
+        for key, n in sorted(totals.counts.items()):
+            example = totals.first[key]
             finding, scenario = example.shown
-            print(f"    {kind} ({cls}): {n} findings; the first{' (shrunk)' if example.shrunk else ''}: "
-                  f"{finding_line(finding)}")
+            print(f"    {finding_label(key)}: {n} findings; the first{' (shrunk)' if example.shrunk else ''}: "
+                  f"{finding.line()}")
+            print("      " + scenario.to_python().replace("\n", "\n      "))
+
+
+def _print_findings(verdict: TrafficVerdict) -> None:
+    """What each player's runs found that is a property of the player (both may have it): reads of
+    wrong KV at a launch, memory oracles failed."""
+    totals = verdict.findings()
+    if not any(counts for counts, _ in totals.values()):
+        return
+    print("\nfound in the players' own runs (a divergence only where the reference has none of it):")
+    for name, (counts, examples) in totals.items():
+        for label, n in sorted(counts.items()):
+            scenario, line = examples[label]
+            print(f"  {name}: {label}: in {n} scenarios; the first: {line}")
             print("      " + scenario.to_python().replace("\n", "\n      "))
 
 
@@ -127,8 +142,9 @@ def to_json(verdict: TrafficVerdict) -> dict[str, Any]:
             "first_difference": None if first is None else {
                 "line": _line(judgement), "cause": first.cause,
                 "scenario": None if shown is None else traffic_to_dict(shown), "shrunk": first.shrunk is not None},
-            "inflight": {name: {f"{k} ({c})": n for (k, c), n in sorted(counts.items())}
+            "inflight": {name: {finding_label(key): n for key, n in sorted(counts.items())}
                          for name, counts in row.inflight.items()},
+            "findings": {name: dict(sorted(counts.items())) for name, counts in row.findings.items()},
             "inflight_scenarios": dict(row.inflight_scenarios),
         })
     return {"verdict": verdict.verdict, "reference": verdict.reference, "checked": verdict.checked,
@@ -148,7 +164,8 @@ def replay_traffic(scenario: TrafficScenario, pair: tuple[TrafficPlayer, Traffic
         print(f"kvparity check: --replay {source}: the {scenario.config.loop} loop is not played by "
               f"{reference.name if scenario.config.loop not in reference.loops else checked.name}")
         return 2
-    judgement = judge_traffic(reference.play(scenario), checked.play(scenario))
+    judgement = judge_traffic(scenario, reference.play(scenario), checked.play(scenario), reference.world_id,
+                              checked.world_id)
     print(f"kvparity check: replayed {source} (a traffic scenario) in {checked.name} against {reference.name}")
     if judgement.agree:
         print("verdict: PARITY (the same decisions, outputs and in-flight findings)")

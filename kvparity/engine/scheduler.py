@@ -26,6 +26,7 @@ from typing import Any
 
 import torch
 
+from kvparity.engine.canary import ForwardRequest, KVCanary
 from kvparity.engine.interface import SchedulerWorld
 from kvparity.mem_cache.errors import Exhausted
 from kvparity.model.contract import batch_prefix_violations
@@ -35,8 +36,12 @@ from kvparity.model.scenario import Decode, Evict, Extend, Retract, Scenario, St
 __all__ = ["Scheduler", "StageRecord", "ceil_to_page", "retract_order", "sampled_token"]
 
 
-def sampled_token(request_index: int, position: int) -> int:
-    """The token a request "samples" at ``position``: deterministic, the same in every world."""
+def sampled_token(request_index: int, position: int, read_ok: bool = True, read_hash: int = 0) -> int:
+    """The token a request "samples" at ``position``: deterministic, the same in every world, and a
+    function of what its forward read: after a read of wrong KV (the canary's) it is another one,
+    outside the range right reads give, from the hash read."""
+    if not read_ok:
+        return 1097 + read_hash % 97
     return 1000 + (request_index * 31 + position * 7) % 97
 
 
@@ -82,6 +87,9 @@ class Scheduler:
         self.retracted: set[str] = set()
         self.halted: str | None = None
         self._freed_chunk_row: tuple[int | None, str | None] = (None, None)
+        # The replaced forward's KV canary (kvparity.engine.canary): each request's last read.
+        self.canary = KVCanary()
+        self.last_read: dict[str, tuple[bool, int]] = {}
 
     # ---- helpers ---------------------------------------------------------------------------------
     @property
@@ -96,12 +104,38 @@ class Scheduler:
     def allocator(self) -> Any:
         return self.world.allocator
 
+    @property
+    def radix(self) -> bool:
+        return self.scenario.cache_kind == "radix"
+
     def _lock(self, req: Any) -> None:
         self.world.lock(req)  # the PrefillAdder's admission lock, in the world's own terms
 
     def _sample(self, rid: str) -> None:
         req = self.reqs[rid]
-        req.output_ids.append(sampled_token(self.index[rid], len(req.output_ids)))
+        ok, read_hash = self.last_read.get(rid, (True, 0))
+        req.output_ids.append(sampled_token(self.index[rid], len(req.output_ids), ok, read_hash))
+
+    def _forward(self, record: StageRecord, seq_lens: Sequence[int], starts: Sequence[int],
+                 new_tokens: list[tuple[int, ...]]) -> None:
+        """The forward of the batch ``record`` prepared, launched and landed at once: every request
+        reads its row's columns ``[0, seq_len)`` and stamps its new slots (``out_cache_loc``, in
+        batch order, from its position ``start``); reads of wrong KV go into the record."""
+        out = record.out_cache_loc or ()
+        requests, offset = [], 0
+        for rid, row, seq, start, tokens in zip(record.rids, record.rows, seq_lens, starts, new_tokens):
+            req = self.reqs[rid]
+            known = tuple(req.origin_input_ids) + tuple(req.output_ids)
+            requests.append(ForwardRequest(rid, row, seq, start, tokens, tuple(out[offset:offset + len(tokens)]), known))
+            offset += len(tokens)
+        table = self.pool.req_to_token
+        rows = sorted({r.row for r in requests})
+        read = dict(zip(rows, table[rows].numpy(force=True))) if rows else {}
+        launch = self.canary.launch(record.step, requests, read)
+        self.canary.land(launch, [])
+        record.canary = tuple(launch.violations)
+        for req, ok, h in zip(requests, launch.read_ok, launch.last_hashes):
+            self.last_read[req.rid] = (ok, h)
 
     def _reached_max_new_tokens(self, rid: str) -> bool:
         return len(self.reqs[rid].output_ids) >= self.scenario.request(rid).max_new_tokens
@@ -277,6 +311,9 @@ class Scheduler:
             record.last_loc = tuple(schedule_batch.last_loc.tolist())
             record.last_loc_dtype = dtype_name(schedule_batch.last_loc)
         record.write_region = tuple((row, 0, seq) for row, seq in zip(record.rows, record.seq_lens))
+        starts = [len(p) for p in prefixes]
+        self._forward(record, record.seq_lens, starts,
+                      [tuple(r.fill_ids[p:n]) for r, p, n in zip(reqs, starts, record.seq_lens)])
         if self._counter(self.cache, "num_splits") > splits_before:
             notes.append(Note.NODE_SPLIT)
         if self._counter(self.allocator, "num_merges") > merges_before:
@@ -428,6 +465,8 @@ class Scheduler:
         record.write_region = tuple((row, pos, pos + 1) for row, pos in zip(record.rows, positions))
         for rid in self.running:
             self.slotted[rid] += 1
+        own = [tuple(r.origin_input_ids) + tuple(r.output_ids) for r in reqs]  # the new token is the last output
+        self._forward(record, [p + 1 for p in positions], positions, [(tokens[p],) for tokens, p in zip(own, positions)])
         return record
 
     def _process_decode(self, step_index: int, step: Decode) -> StageRecord | None:

@@ -1,8 +1,16 @@
-"""A snapshot of one world after one stage: everything SPEC section 7 says must be equal, as plain
-CPU values, plus what the oracles need (each request's status and the slots it holds)."""
+"""A snapshot of one world after one stage (harness-driven) or one iteration of a scheduler loop
+(scheduler-driven): everything SPEC section 7 says must be equal, as plain CPU values, plus what the
+oracles need (each request's status and the slots it holds), the allocator's and the tree's sizes,
+and (scheduler-driven) the scheduler's accounting. Whoever plays takes it through one interface,
+``SnapshotSource``: kvparity's scheduler loop (``kvparity.engine.scheduler.Scheduler``), kvparity's
+model of SGLang's event loop (``kvparity.engine.traffic_loop``) and the scheduler shell around a
+release's own loop (``kvparity.engine.real.scheduler_shell``). The world's part is read alike for
+both (``_world_state``); the requests' views differ: a stage's are complete (SPEC 7), an iteration's
+hold what memory is made of (``memory_view``: status, row, protected length, outputs, what it holds)."""
 
 from __future__ import annotations
 
+import base64
 import dataclasses
 import functools
 from dataclasses import dataclass
@@ -56,6 +64,11 @@ class Snapshot:
     tree: tuple
     tree_slots: tuple[int, ...]
     requests: dict[str, RequestView]
+    evictable_size: int = 0  # the tree's (0 without a radix tree)
+    protected_size: int = 0
+    # What the scheduler's admission reckoned with (scheduler-driven only): ``new_token_ratio`` and
+    # what the PrefillAdder of this iteration was given, as (name, value) pairs; shown, not compared.
+    accounting: tuple[tuple[str, float], ...] = ()
 
     # Derived sets, computed once per snapshot: the oracles read each snapshot twice (as the
     # stage's "after", then as the next stage's "before") and several oracles need the same set.
@@ -178,23 +191,54 @@ def _tensor_prefixes_read(scheduler: Scheduler) -> dict[str, list[Any]]:
 
 
 def take_snapshot(scheduler: Scheduler, record: StageRecord) -> Snapshot:
-    world = scheduler.world
-    allocator = world.allocator
-    radix = scheduler.scenario.cache_kind == "radix"
+    """A stage of kvparity's own scheduler loop (harness-driven)."""
     table = _host_copy(scheduler.pool.req_to_token)
     rows = table.numpy()  # shares the copy's memory
     read = _tensor_prefixes_read(scheduler)
     return Snapshot(
         record=record,
         req_to_token=table,
-        free_pages=_host_copy(allocator.free_pages),
-        release_pages=_host_copy(world.release_pages()),
-        available_size=int(allocator.available_size()),
-        free_rows=tuple(int(r) for r in scheduler.pool.free_slots),
-        tree=tuple(tuple(e) for e in world.tree_contents()) if radix else (),
-        tree_slots=tuple(world.all_tree_slots()) if radix else (),
         requests={rid: _request_view(scheduler, rid, rows, read.get(rid)) for rid in scheduler.reqs},
+        **_world_state(scheduler.world, scheduler.radix),
     )
+
+
+def iteration_snapshot(world: Any, radix: bool, record: StageRecord, requests: dict[str, RequestView], *,
+                       width: int, accounting: tuple[tuple[str, float], ...] = ()) -> Snapshot:
+    """An iteration of a scheduler's event loop (scheduler-driven): the table's first ``width``
+    columns only (a traffic run's rows are wider than any of its sequences; past them every cell
+    still holds the poison, which the player checks), the requests' ``memory_view``s."""
+    return Snapshot(record=record, req_to_token=_host_copy(world.req_to_token_pool.req_to_token[:, :width]),
+                    requests=requests, accounting=accounting, **_world_state(world, radix))
+
+
+def _world_state(world: Any, radix: bool) -> dict[str, Any]:
+    """The pools', the allocator's and the tree's part of a snapshot."""
+    allocator = world.allocator
+    tree = tuple(tuple(e) for e in world.tree_contents()) if radix else ()
+    return {
+        "free_pages": _host_copy(allocator.free_pages),
+        "release_pages": _host_copy(world.release_pages()),
+        "available_size": int(allocator.available_size()),
+        "free_rows": tuple(int(r) for r in world.req_to_token_pool.free_slots),
+        "tree": tree,
+        "tree_slots": tuple(slot for entry in tree for slot in entry[2]),  # read as a set: the nodes' order
+        "evictable_size": int(world.tree_cache.evictable_size()) if radix else 0,
+        "protected_size": int(world.tree_cache.protected_size()) if radix else 0,
+    }
+
+
+def memory_view(status: str, row: int | None, protected_len: int, output_len: int, held: tuple[int, ...],
+                slotted: int) -> RequestView:
+    """A request as a scheduler-driven snapshot sees it: its status, its row, the length of the
+    prefix the tree owns (SGLang's protected length), its outputs, the slots it holds and its live
+    columns. What else a stage's view holds (fill ids, prefix values and type, the extend's
+    counters) is the scheduler's bookkeeping, each generation's own: left empty, alike for every
+    player, and compared through the decisions instead."""
+    return _view({"status": status, "fill_ids": (), "extend_input_len": 0, "req_pool_idx": row, "cached_tokens": 0,
+                  "already_computed": 0, "extend_logprob_start_len": 0, "last_matched_prefix_len": protected_len,
+                  "output_len": output_len, "prefix_values": (), "prefix_kind": "", "alias_row": None, "held": held,
+                  "slotted": slotted})
 
 
 # ---- plain data, for snapshots that cross a process boundary (real SGLang worlds) -----------------
@@ -203,11 +247,17 @@ _NESTED_RECORD_FIELDS = ("prefix_values", "write_region")
 
 
 def _tensor_to_plain(t: torch.Tensor) -> dict[str, Any]:
-    return {"dtype": str(t.dtype).removeprefix("torch."), "shape": list(t.shape), "values": t.reshape(-1).tolist()}
+    """A CPU tensor's bytes, base64 (a table or a free list is thousands of ints: turning each into
+    a JSON number and back costs more than the rest of a snapshot)."""
+    raw = t.detach().contiguous().numpy().tobytes()
+    return {"dtype": str(t.dtype).removeprefix("torch."), "shape": list(t.shape), "bytes": base64.b64encode(raw).decode()}
 
 
 def _tensor_from_plain(d: dict[str, Any]) -> torch.Tensor:
-    return torch.tensor(d["values"], dtype=getattr(torch, d["dtype"])).reshape(d["shape"])
+    dtype = getattr(torch, d["dtype"])
+    raw = bytearray(base64.b64decode(d["bytes"]))  # writable: torch.frombuffer warns on read-only memory
+    flat = torch.frombuffer(raw, dtype=dtype) if raw else torch.empty((0,), dtype=dtype)
+    return flat.reshape(d["shape"])
 
 
 def snapshot_to_plain(snap: Snapshot) -> dict[str, Any]:
@@ -219,20 +269,27 @@ def snapshot_to_plain(snap: Snapshot) -> dict[str, Any]:
         "free_rows": list(snap.free_rows),
         "tree": [list(e) for e in snap.tree],
         "tree_slots": list(snap.tree_slots),
-        "requests": {rid: dataclasses.asdict(view) for rid, view in snap.requests.items()},
+        "requests": {rid: list(view.__dict__.values()) for rid, view in snap.requests.items()},
+        "evictable_size": snap.evictable_size,
+        "protected_size": snap.protected_size,
+        "accounting": [list(pair) for pair in snap.accounting],
     }
 
 
-def _view_fields(view: dict[str, Any]) -> dict[str, Any]:
-    return {k: (tuple(v) if isinstance(v, list) else v) for k, v in view.items()}
+_VIEW_FIELDS = tuple(f.name for f in dataclasses.fields(RequestView))
+
+
+def _view_fields(values: list[Any]) -> dict[str, Any]:
+    """A view's fields from its values in field order (``snapshot_to_plain`` sends no names)."""
+    return {k: (tuple(v) if isinstance(v, list) else v) for k, v in zip(_VIEW_FIELDS, values)}
 
 
 def snapshot_from_plain(data: dict[str, Any]) -> Snapshot:
     """The inverse of ``snapshot_to_plain``."""
     record = StageRecord.from_plain(data["record"])
     requests = {
-        rid: RequestView(**_view_fields(view))
-        for rid, view in data["requests"].items()
+        rid: _view(_view_fields(values))
+        for rid, values in data["requests"].items()
     }
     return Snapshot(
         record=record,
@@ -242,4 +299,7 @@ def snapshot_from_plain(data: dict[str, Any]) -> Snapshot:
         tree=tuple((e[0], tuple(e[1]), tuple(e[2]), e[3]) for e in data["tree"]),
         tree_slots=tuple(data["tree_slots"]),
         requests=requests,
+        evictable_size=data["evictable_size"],
+        protected_size=data["protected_size"],
+        accounting=tuple((str(k), v) for k, v in data["accounting"]),
     )

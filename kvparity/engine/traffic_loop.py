@@ -12,10 +12,12 @@ One pass of the loop (one iteration record):
    batch (``get_new_batch_prefill``: ``calc_priority``, then ``PrefillAdder``) if one forms, else
    a decode of the running batch (``update_running_batch``: memory check, retraction, the
    ``new_token_ratio`` update, ``prepare_for_decode``);
-3. the batch runs (``kvparity.model.traffic.next_token``) and its results are processed: a
+3. the batch runs (the KV canary's forward, ``kvparity.engine.iteration_recorder``: one next token
+   per request from the hash it read at its last position) and its results are processed: a
    prefilled request that is not chunked takes its first output and is cached (finished or not);
    decoded requests take one output each, finished ones are cached inside one free group;
-4. no batch: SGLang's idle self-check (the leak check; ``new_token_ratio`` back to its start).
+4. no batch: SGLang's idle self-check (the leak check; ``new_token_ratio`` back to its start);
+5. the memory after the pass is snapshotted, as the shell snapshots a release's.
 
 The loop ends at the first pass, past the last arrival, that finds nothing waiting, chunked,
 running or just run: the shell's own stop rule, so that both count the same passes.
@@ -29,23 +31,35 @@ in the normal loop a batch's window (its run to its result) contains no other st
 
 from __future__ import annotations
 
+import importlib
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from kvparity.engine.canary import Launch
+from kvparity.engine.iteration_recorder import (
+    LIVE,
+    IterationRecorder,
+    RequestState,
+    admission_budget,
+    decode_requests,
+    extend_requests,
+)
 from kvparity.engine.scheduler import retract_order
+from kvparity.engine.traffic_run import TrafficRun
 from kvparity.engine.world import World, build_world
 from kvparity.mem_cache.prefill_adder import AddReqResult, PrefillAdder
 from kvparity.mem_cache.schedule_batch import RETRACT_DECODE_STEPS
 from kvparity.mem_cache.schedule_policy import calc_priority
-from kvparity.model.traffic import Arrival, TrafficScenario, next_token
-from kvparity.model.worlds import Geometry
+from kvparity.model.canary import token_from
+from kvparity.model.traffic import MAX_CONTEXT_LEN, Arrival, TrafficScenario, traffic_geometry
+from kvparity.model.traffic_records import Decision
 
 # The real shell's model: the vocabulary the forward draws from (the shell's model config stand-in,
-# ``kvparity.engine.real.adapter.VOCAB_SIZE``) and the width of a request row (its default
-# ``max_context_len``), which caps every request's outputs as SGLang's ``max_req_len`` does.
+# ``kvparity.engine.real.adapter.VOCAB_SIZE``); the width of a request row (``MAX_CONTEXT_LEN``)
+# caps every request's outputs as SGLang's ``max_req_len`` does.
 VOCAB_SIZE = 32000
-MAX_CONTEXT_LEN = 4096
 MAX_ITERATIONS = 10_000  # the shell's guard against a loop that never drains
 # SGLang's global_config defaults: new_token_ratio starts at 0.7 × --schedule-conservativeness and
 # decays, decode by decode, to 0.14 of that over 600 decodes.
@@ -96,8 +110,10 @@ class TrafficLoop:
     """The scheduler state of one traffic run: waiting queue, running batch, chunked request,
     last batch, new_token_ratio; one ``run_pass`` per iteration."""
 
-    def __init__(self, world: World, scenario: TrafficScenario) -> None:
+    def __init__(self, world: World, scenario: TrafficScenario, ranking_key: Callable[[Any], list[int]] | None = None) -> None:
+        """``ranking_key``: what the waiting queue is ranked by (default: the version's own key)."""
         config = scenario.config
+        self.ranking_key = ranking_key
         self.world = world
         self.scenario = scenario
         self.config = config
@@ -111,11 +127,18 @@ class TrafficLoop:
         self.chunked_req: Any = None
         self.last_batch: Batch | None = None
         self.arrival_index: dict[str, int] = {}
+        self.reqs: dict[str, Any] = {}  # every request that has arrived
         self.outputs: dict[str, list[int]] = {}  # finished requests, in finishing order
         self.iteration = 0
-        self.records: list[dict[str, Any]] = []
+        self.records: list[Decision] = []
+        self.memory: list[Any] = []  # a snapshot after every pass
+        self.recorder = IterationRecorder(world, radix=config.radix_cache,
+                                          kv_slots=config.kv_slots, page_size=config.page_size,
+                                          width=scenario.table_width(MAX_CONTEXT_LEN))
         self._finished_now: list[str] = []
         self._retracted_now = 0
+        self._launch: Launch | None = None
+        self._adder: tuple[tuple[str, float], ...] = ()
 
     # ---- the loop --------------------------------------------------------------------------------
     def idle(self) -> bool:
@@ -132,19 +155,45 @@ class TrafficLoop:
     def run_pass(self) -> None:
         t0 = time.perf_counter()
         arrivals = self.scenario.arrivals
+        self._launch, self._adder = None, ()
         self.receive(arrivals[self.iteration] if self.iteration < len(arrivals) else ())
         batch = self.get_next_batch_to_run()
-        self.records.append(self._record(batch))
+        rec = self._record(batch)
         if batch is not None:
             self.process_batch_result(batch, self.run_batch(batch))
         else:
             self.self_check_during_idle()
         self.last_batch = batch
-        rec = self.records[-1]
         rec["finished"] = sorted(self._finished_now)
         rec["ms"] = round((time.perf_counter() - t0) * 1000, 3)
+        decision = Decision.from_plain(rec)
+        self.records.append(decision)
+        out_cache_loc = None if batch is None else batch.schedule_batch.out_cache_loc.tolist()
+        accounting = (("new_token_ratio", float(self.ratio.value)),) + self._adder
+        self.memory.append(self.recorder.snapshot(decision, out_cache_loc, self._launch, self.request_states(),
+                                                  accounting))
         self._finished_now = []
         self.iteration += 1
+
+    def request_states(self) -> dict[str, RequestState]:
+        """Every request that has arrived, as the loop holds it after a pass (the shell's rule:
+        finished; running or chunked while held by the running batch, the last batch or as the
+        chunked request, and not back in the waiting queue; else waiting)."""
+        held = [*self.running, *(self.last_batch.reqs if self.last_batch is not None else ()),
+                *([self.chunked_req] if self.chunked_req is not None else ())]
+        held_ids = {id(r) for r in held} - {id(r) for r in self.waiting}
+        states = {}
+        for rid, req in self.reqs.items():
+            if rid in self.outputs:
+                status = "finished"
+            elif id(req) in held_ids:
+                status = "chunked" if req is self.chunked_req else "running"
+            else:
+                status = "waiting"
+            live = status in LIVE
+            states[rid] = RequestState(status, req.req_pool_idx if live else None,
+                                       req.last_matched_prefix_len if live else 0, len(req.output_ids))
+        return states
 
     # ---- arrivals ----------------------------------------------------------------------------------
     def receive(self, arrivals: tuple[Arrival, ...]) -> None:
@@ -157,7 +206,9 @@ class TrafficLoop:
                 # which the shell does not call): a request with no room for outputs is not modelled.
                 raise ValueError(f"request {arrival.rid!r}: {len(arrival.tokens)} prompt tokens leave no room for "
                                  f"outputs (max_req_len {self.max_req_len})")
-            self.waiting.append(self.world.new_req(arrival.rid, list(arrival.tokens), max_new_tokens=max_new_tokens))
+            req = self.world.new_req(arrival.rid, list(arrival.tokens), max_new_tokens=max_new_tokens)
+            self.reqs[arrival.rid] = req
+            self.waiting.append(req)
 
     # ---- batch formation -----------------------------------------------------------------------------
     def get_next_batch_to_run(self) -> Batch | None:
@@ -200,9 +251,10 @@ class TrafficLoop:
         if max_running - len(self.running) <= 0 and self.chunked_req is None:
             self.batch_is_full = True
             return None
-        calc_priority(self.config.schedule_policy, self.waiting, self.world.tree_cache)
+        calc_priority(self.config.schedule_policy, self.waiting, self.world.tree_cache, self.ranking_key)
         adder = PrefillAdder(self.page_size, self.world.tree_cache, self.world.allocator, self.running,
                              self.ratio.value, self.config.max_prefill_tokens, self.config.chunked_prefill_size)
+        self._adder = admission_budget(adder)
         if self.chunked_req is not None:
             self.world.init_next_round_input(self.chunked_req, use_tree_cache=False)
             self.chunked_req = adder.add_chunked_req(self.chunked_req)
@@ -281,9 +333,24 @@ class TrafficLoop:
 
     # ---- running and results ---------------------------------------------------------------------------
     def run_batch(self, batch: Batch) -> list[int]:
-        """The forward: one next token per request, from its arrival index and its sequence length."""
-        seq_lens = batch.schedule_batch.seq_lens.tolist()
-        return [next_token(self.arrival_index[r.rid], n, VOCAB_SIZE) for r, n in zip(batch.reqs, seq_lens)]
+        """The forward: the canary's (``kvparity.engine.canary``), launched and landed at once (the
+        normal loop); one next token per request, from the hash it read at its last position."""
+        sb = batch.schedule_batch
+        rids = [r.rid for r in batch.reqs]
+        rows = [int(x) for x in sb.req_pool_indices.tolist()]
+        seq_lens = [int(n) for n in sb.seq_lens.tolist()]
+        out_cache_loc = [int(x) for x in sb.out_cache_loc.tolist()]
+        known = [tuple(r.origin_input_ids) + tuple(r.output_ids) for r in batch.reqs]
+        if batch.mode == EXTEND:
+            prefix_lens = [int(n) for n in sb.prefix_lens]
+            inputs = [t for own, p, n in zip(known, prefix_lens, seq_lens) for t in own[p:n]]
+            requests = extend_requests(rids, rows, seq_lens, prefix_lens, inputs, out_cache_loc, known)
+        else:
+            requests = decode_requests(rids, rows, seq_lens, [own[n - 1] for own, n in zip(known, seq_lens)],
+                                       out_cache_loc, known)
+        self._launch = self.recorder.launch(self.iteration, requests)
+        self.recorder.land(self._launch, [])
+        return [token_from(h, VOCAB_SIZE) for h in self._launch.last_hashes]
 
     def process_batch_result(self, batch: Batch, next_ids: list[int]) -> None:
         if batch.mode == EXTEND:
@@ -337,7 +404,7 @@ class TrafficLoop:
     # ---- records -------------------------------------------------------------------------------------
     def _record(self, batch: Batch | None) -> dict[str, Any]:
         """The shell's iteration record of the batch just formed (``finished`` and ``ms`` are
-        added at the end of the pass)."""
+        added at the end of the pass, then it becomes a ``Decision``)."""
         rec: dict[str, Any] = {"iteration": self.iteration, "mode": None, "rids": [], "prefix_lens": [],
                                "extend_lens": [], "seq_lens": [], "rows": [], "chunked": None,
                                "retracted": self._retracted_now}
@@ -355,32 +422,22 @@ class TrafficLoop:
         return rec
 
 
-def traffic_geometry(scenario: TrafficScenario) -> Geometry:
-    """The pools a traffic world is built with: the shell's (rows of ``MAX_CONTEXT_LEN``)."""
-    c = scenario.config
-    return Geometry(pool_rows=c.pool_rows, max_context_len=MAX_CONTEXT_LEN, kv_slots=c.kv_slots, page_size=c.page_size)
-
-
-def play_traffic(version: str, scenario: TrafficScenario, backend: str = "torch") -> dict[str, Any]:
+def play_traffic(version: str, scenario: TrafficScenario, backend: str = "torch", *,
+                 ranking_key_of: str | None = None) -> TrafficRun:
     """Play ``scenario`` through kvparity's model of SGLang 0.5.3's normal loop on a fresh world of
-    ``version`` ("legacy" models 0.5.3, "refactored" 0.5.3.post1). Returns what
-    ``scheduler_shell.run_traffic`` returns: ``loop`` (always "normal": see the module docstring),
-    ``iterations`` (per pass: ``iteration``, ``mode``, ``rids``, ``prefix_lens``, ``extend_lens``,
-    ``seq_lens``, ``rows``, ``chunked``, ``retracted``, ``waiting``, ``finished``, ``ms``),
-    ``outputs`` (each finished request's output ids), ``inflight_violations`` (empty),
-    ``build_s``, ``loop_s``."""
+    ``version`` ("legacy" models 0.5.3, "refactored" 0.5.3.post1): what ``scheduler_shell.run_traffic``
+    returns, with ``loop`` always "normal" (see the module docstring) and no in-flight findings.
+    ``ranking_key_of``: rank the waiting queue with that version's ``Req.ranking_key`` instead of
+    ``version``'s own (the one line of pull request #11200 in ``schedule_policy``, undone)."""
     t0 = time.perf_counter()
     cache_kind = "radix" if scenario.config.radix_cache else "chunk"
     world = build_world(version, backend, traffic_geometry(scenario), cache_kind)
-    loop = TrafficLoop(world, scenario)
+    key = None if ranking_key_of is None else importlib.import_module(f"kvparity.{ranking_key_of}.req").Req.ranking_key
+    loop = TrafficLoop(world, scenario, key)
     build_s = time.perf_counter() - t0
     t1 = time.perf_counter()
     loop.run()
-    return {
-        "loop": "normal",
-        "iterations": loop.records,
-        "outputs": loop.outputs,
-        "inflight_violations": [],
-        "build_s": round(build_s, 3),
-        "loop_s": round(time.perf_counter() - t1, 3),
-    }
+    return TrafficRun(loop="normal", decisions=tuple(loop.records), memory=tuple(loop.memory),
+                      outputs={rid: tuple(out) for rid, out in loop.outputs.items()},
+                      build_s=round(build_s, 3), loop_s=round(time.perf_counter() - t1, 3),
+                      record_s=round(loop.recorder.seconds, 3), cells_past_width=loop.recorder.written_past_width())

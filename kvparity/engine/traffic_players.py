@@ -6,16 +6,22 @@
   0.5.3.post1), in this process, through kvparity's model of SGLang's normal loop
   (``kvparity.engine.traffic_loop.play_traffic``); it has no overlap loop.
 
-Both return what ``run_traffic`` returns: ``iterations`` (one record per pass of the loop),
-``outputs`` and, in the overlap loop, ``inflight_violations``.
+Both return a ``TrafficRun`` (``kvparity.engine.traffic_run``): the decisions and memory of every
+pass of the loop, the outputs and, in the overlap loop, the in-flight findings. ``world_id`` names
+the world a player's memory is compared as (``kvparity.judge.memory``).
 """
 
 from __future__ import annotations
 
+import shutil
+import tempfile
+from pathlib import Path
 from typing import Any, Protocol
 
+from kvparity.engine.real.changes import Change
+from kvparity.engine.traffic_run import TrafficRun
 from kvparity.model.traffic import TrafficScenario
-from kvparity.model.worlds import MODELLED_RELEASES
+from kvparity.model.worlds import MODELLED_RELEASES, WorldId
 
 SHELL_PLUGINS = ("kvparity.engine.real.scheduler_shell",)
 
@@ -24,8 +30,13 @@ class TrafficPlayer(Protocol):
     name: str
     release: str  # the SGLang release it is, or models
     loops: tuple[str, ...]  # the event loops it can play
+    world_id: WorldId
 
-    def play(self, scenario: TrafficScenario) -> dict[str, Any]: ...
+    def play(self, scenario: TrafficScenario) -> TrafficRun: ...
+
+    def undone(self, change: Change) -> TrafficPlayer | None:
+        """The same player with ``change`` undone (None: it cannot be undone here); the caller closes it."""
+        ...
 
     def close(self) -> None: ...
 
@@ -35,26 +46,43 @@ class RealTrafficPlayer:
 
     loops: tuple[str, ...] = ("normal", "overlap")
 
-    def __init__(self, source: Any, worker: Any = None) -> None:
+    def __init__(self, source: Any, worker: Any = None, *, copy_of: str | None = None) -> None:
         """``worker``: a running ``RealWorker`` of ``source`` with the shell's plugin, kept open on
-        ``close`` (the caller's); without one, the player starts and closes its own."""
+        ``close`` (the caller's); without one, the player starts and closes its own. ``copy_of``: a
+        folder of the player's own (a copy with a change undone), removed on ``close``."""
         from kvparity.engine.real.lane import source_label
         from kvparity.engine.real.worker import RealWorker
 
         self.source = source
+        self.copy_of = copy_of
         self.release = source.entry_release or source.version  # the adapter entry that drives it
         self.name = f"{source_label(source)} (SGLang's own scheduler)"
+        self.world_id = WorldId(source_label(source), "torch", source.entry.family, source.entry.version)
         self.owns_worker = worker is None
         self.worker = RealWorker(source, plugins=SHELL_PLUGINS) if worker is None else worker
 
-    def play(self, scenario: TrafficScenario) -> dict[str, Any]:
+    def play(self, scenario: TrafficScenario) -> TrafficRun:
         config, arrivals = scenario.to_plain()
-        result: dict[str, Any] = self.worker.call("run_traffic", config=config, arrivals=arrivals)
-        return result
+        return TrafficRun.from_plain(self.worker.call("run_traffic", config=config, arrivals=arrivals))
+
+    def undone(self, change: Change) -> TrafficPlayer | None:
+        """This release with ``change`` undone in a copy of its source (only the release that made
+        the change: its text is where the change put it)."""
+        if change.undo is None or change.release != self.source.version:
+            return None
+        from kvparity.engine.real.install import copy_with_edits, resolve
+
+        folder = tempfile.mkdtemp(prefix="kvparity-undone-")
+        copy = copy_with_edits(self.source, [change.undo], Path(folder) / "sglang-copy")
+        player = RealTrafficPlayer(resolve(str(copy)), copy_of=folder)
+        player.name = f"{self.name}, {change.pull_request or 'the change'} undone"
+        return player
 
     def close(self) -> None:
         if self.owns_worker:
             self.worker.close()
+        if self.copy_of is not None:
+            shutil.rmtree(self.copy_of, ignore_errors=True)
 
 
 class ModelTrafficPlayer:
@@ -63,15 +91,26 @@ class ModelTrafficPlayer:
 
     loops: tuple[str, ...] = ("normal",)
 
-    def __init__(self, version: str) -> None:
+    def __init__(self, version: str, options: tuple[tuple[str, str], ...] = ()) -> None:
+        """``options``: ``play_traffic``'s (a change undone: ``Change.model_undo``)."""
         self.version = version
+        self.options = options
         self.release = {v: r for r, v in MODELLED_RELEASES.items()}[version]  # the release it models
         self.name = f"{version}/torch (kvparity's model of the scheduler)"
+        self.world_id = WorldId.modelled(version, "torch")
 
-    def play(self, scenario: TrafficScenario) -> dict[str, Any]:
+    def play(self, scenario: TrafficScenario) -> TrafficRun:
         from kvparity.engine.traffic_loop import play_traffic
 
-        return play_traffic(self.version, scenario)
+        return play_traffic(self.version, scenario, **dict(self.options))
+
+    def undone(self, change: Change) -> TrafficPlayer | None:
+        """The model of this release with ``change`` undone (a change of the release it models)."""
+        if change.model_undo is None or change.release != self.release:
+            return None
+        player = ModelTrafficPlayer(self.version, self.options + (change.model_undo,))
+        player.name = f"{self.name}, {change.pull_request or 'the change'} undone"
+        return player
 
     def close(self) -> None:
         pass
@@ -83,13 +122,16 @@ class CachingPlayer:
 
     def __init__(self, player: TrafficPlayer) -> None:
         self.player = player
-        self.name, self.release, self.loops = player.name, player.release, player.loops
-        self.results: dict[TrafficScenario, dict[str, Any]] = {}
+        self.name, self.release, self.loops, self.world_id = player.name, player.release, player.loops, player.world_id
+        self.results: dict[TrafficScenario, TrafficRun] = {}
 
-    def play(self, scenario: TrafficScenario) -> dict[str, Any]:
+    def play(self, scenario: TrafficScenario) -> TrafficRun:
         if scenario not in self.results:
             self.results[scenario] = self.player.play(scenario)
         return self.results[scenario]
+
+    def undone(self, change: Change) -> TrafficPlayer | None:
+        return self.player.undone(change)
 
     def close(self) -> None:
         self.player.close()

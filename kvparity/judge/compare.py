@@ -127,7 +127,7 @@ def compare(ref_id: WorldId, ref: Snapshot, world: WorldId, got: Snapshot) -> li
             if a.dtype != b.dtype and a.tolist() == b.tolist():
                 known = _known_version_difference(ref_id, world, INT64_STAGED_FREES)
             add(f"allocator {attr}", f"{b.tolist()} ({b.dtype}) != {a.tolist()} ({a.dtype})", known_defect=known)
-    for attr in ("available_size", "free_rows"):
+    for attr in ("available_size", "free_rows", "evictable_size", "protected_size"):
         if getattr(ref, attr) != getattr(got, attr):
             add(attr, f"{getattr(got, attr)} != {getattr(ref, attr)}")
     if ref.tree != got.tree:

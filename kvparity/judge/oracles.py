@@ -15,6 +15,7 @@ from kvparity.engine.snapshot import Snapshot
 from kvparity.model.poison import POISON
 from kvparity.model.records import LogprobAdmission
 from kvparity.model.scenario import Scenario
+from kvparity.model.worlds import Geometry
 
 # A known SGLang defect (SPEC 1, cache_unfinished_req step 2), reported as a finding, never hidden
 # and never a failure: row columns before the old prefix length are not rewritten when the page
@@ -42,17 +43,18 @@ def violations(world: str, problems: list[str]) -> list[Violation]:
 def check_stage(scenario: Scenario, before: Snapshot, after: Snapshot) -> list[str]:
     record = after.record
     problems = list(record.contract_violations)
+    problems += [f"KV canary: {read.line()}" for read in record.canary]
     problems += untouched_cells(before, after)
     if record.kind == "extend" and record.outcome == "ok":
         problems += rows_hold_prefix_then_new_slots(after)
         problems += extend_lens_positive(after)
-        problems += new_slots_fresh(scenario, before, after)
+        problems += new_slots_fresh(scenario.geometry, before, after)
         problems += last_loc_matches_prefix(scenario, after)
     if record.kind == "decode" and record.outcome == "ok":
-        problems += new_slots_fresh(scenario, before, after)
+        problems += new_slots_fresh(scenario.geometry, before, after)
     problems += cached_row_names_prefix(scenario, after)
     problems += logprob_start_respected(after)
-    problems += conservation(scenario, after)
+    problems += conservation(scenario.geometry, after)
     return [f"step {record.step} {record.kind}: {p}" for p in problems]
 
 
@@ -171,7 +173,7 @@ def extend_lens_positive(after: Snapshot) -> list[str]:
     ]
 
 
-def new_slots_fresh(scenario: Scenario, before: Snapshot, after: Snapshot) -> list[str]:
+def new_slots_fresh(geometry: Geometry, before: Snapshot, after: Snapshot) -> list[str]:
     """New slots are unique, >= 1, not held by anyone before the stage, and their pages are no
     longer free after it."""
     new = list(after.record.out_cache_loc or ())
@@ -188,7 +190,7 @@ def new_slots_fresh(scenario: Scenario, before: Snapshot, after: Snapshot) -> li
     reused = sorted((new_set & after.tree_slot_set) | (new_set & before.request_held))
     if reused:
         problems.append(f"new slots held by a request or by the tree: {reused[:6]}")
-    ps = scenario.geometry.page_size
+    ps = geometry.page_size
     still_free = sorted({s // ps for s in new_set} & after.free_set)
     if still_free:
         problems.append(f"pages of new slots still listed as free: {still_free[:6]}")
@@ -218,10 +220,10 @@ def logprob_start_respected(after: Snapshot) -> list[str]:
     return problems
 
 
-def conservation(scenario: Scenario, snap: Snapshot) -> list[str]:
+def conservation(geometry: Geometry, snap: Snapshot) -> list[str]:
     """free + held by the tree + held by live requests == every page, and no page twice."""
-    ps = scenario.geometry.page_size
-    total = scenario.geometry.kv_slots // ps
+    ps = geometry.page_size
+    total = geometry.kv_slots // ps
     # Page ids (slots when page_size is 1), as sets built once per snapshot (``Snapshot``); the
     # per-page lists below are built only when something is wrong, for the message.
     free, free_set = snap.free_list, snap.free_set

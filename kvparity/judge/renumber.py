@@ -53,6 +53,7 @@ class RenumberVerdict:
     rows: dict[int, int] = field(default_factory=dict)  # reference row -> row
     pages: dict[int, int] = field(default_factory=dict)  # reference page -> page
     findings: set[str] = field(default_factory=set)  # known release differences met (compare.KNOWN_VERSION_DIFFERENCES)
+    stage: int | None = None  # for a divergence: the index of the first stage no renumbering explains
 
 
 class Mismatch(Exception):
@@ -267,8 +268,9 @@ class Renumbering:
         self.findings.add(split)
 
     def _free(self, ref: Snapshot, got: Snapshot, where: str) -> None:
-        if ref.available_size != got.available_size:
-            raise Mismatch("available_size", f"{where}: available_size {got.available_size} against {ref.available_size}")
+        for size in ("available_size", "evictable_size", "protected_size"):
+            if getattr(ref, size) != getattr(got, size):
+                raise Mismatch(size, f"{where}: {size} {getattr(got, size)} against {getattr(ref, size)}")
         free_a = ref.free_pages.tolist() + ref.release_pages.tolist()
         free_b = got.free_pages.tolist() + got.release_pages.tolist()
         self.pages.same_set(free_a, free_b, f"{where}, free pages")
@@ -291,13 +293,15 @@ def renumbering_verdict(ref: list[Snapshot], got: list[Snapshot], page_size: int
     if exact:
         return RenumberVerdict(EXACT)
     renumbering = Renumbering(page_size, known)
+    index = 0
     try:
-        if len(ref) != len(got):
-            raise Mismatch("stages", f"stages: {len(got) - 1} against the reference's {len(ref) - 1}")
         for a, b in zip(ref, got):
             renumbering.stage(a, b)
+            index += 1
+        if len(ref) != len(got):
+            raise Mismatch("stages", f"stages: {len(got) - 1} against the reference's {len(ref) - 1}")
     except Mismatch as exc:
         return RenumberVerdict(DIVERGENT, str(exc), exc.what, rows=renumbering.rows.forward, pages=renumbering.pages.forward,
-                               findings=renumbering.findings)
+                               findings=renumbering.findings, stage=index)
     return RenumberVerdict(RENUMBERED, rows=renumbering.rows.forward, pages=renumbering.pages.forward,
                            findings=renumbering.findings)

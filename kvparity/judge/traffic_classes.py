@@ -4,8 +4,7 @@ what the scheduler decided, not what the scenario meant it to."""
 
 from __future__ import annotations
 
-from typing import Any
-
+from kvparity.engine.traffic_run import TrafficRun
 from kvparity.model.classes import (
     TRAFFIC_BUDGET_STOP,
     TRAFFIC_CHUNKED,
@@ -14,41 +13,42 @@ from kvparity.model.classes import (
     TRAFFIC_RETRACTION,
 )
 from kvparity.model.traffic import TrafficScenario
+from kvparity.model.traffic_records import Decision
 
 
-def traffic_classes(scenario: TrafficScenario, result: dict[str, Any]) -> set[str]:
+def traffic_classes(scenario: TrafficScenario, result: TrafficRun) -> set[str]:
     arrival = {a.rid: i for i, a in enumerate(a for group in scenario.arrivals for a in group)}
     prompts = {a.rid: a.tokens for group in scenario.arrivals for a in group}
-    sequences = {rid: tuple(prompts[rid]) + tuple(result["outputs"].get(rid, ())) for rid in prompts}
+    sequences = {rid: tuple(prompts[rid]) + tuple(result.outputs.get(rid, ())) for rid in prompts}
     found: set[str] = set()
     admitted: set[str] = set()
     finished: set[str] = set()
-    for rec in result["iterations"]:
-        if rec.get("retracted"):
+    for rec in result.decisions:
+        if rec.retracted:
             found.add(TRAFFIC_RETRACTION)
-        if rec["mode"] == "EXTEND":
-            if rec["chunked"] is not None:
+        if rec.mode == "EXTEND":
+            if rec.chunked is not None:
                 found.add(TRAFFIC_CHUNKED)
             running = admitted - finished
             if _hit_on_running(rec, running, prompts, sequences):
                 found.add(TRAFFIC_RADIX_HIT_RUNNING)
-            new = [rid for rid in rec["rids"] if rid not in admitted]
-            never_admitted = [rid for rid in rec["waiting"] if rid not in admitted]
+            new = [rid for rid in rec.rids if rid not in admitted]
+            never_admitted = [rid for rid in rec.waiting if rid not in admitted]
             order = [arrival[rid] for rid in new + never_admitted]
             if scenario.config.schedule_policy != "fcfs" and order != sorted(order):
                 found.add(TRAFFIC_REORDERED)
-            admitted.update(rec["rids"])
-            running_after = admitted - finished - set(rec["waiting"])
-            if rec["waiting"] and len(running_after) < scenario.config.max_running_requests:
+            admitted.update(rec.rids)
+            running_after = admitted - finished - set(rec.waiting)
+            if rec.waiting and len(running_after) < scenario.config.max_running_requests:
                 found.add(TRAFFIC_BUDGET_STOP)  # rows were left, a request waited: a token budget stopped it
-        finished.update(rec.get("finished", ()))
+        finished.update(rec.finished)
     return found
 
 
-def _hit_on_running(rec: dict[str, Any], running: set[str], prompts: dict[str, tuple[int, ...]],
+def _hit_on_running(rec: Decision, running: set[str], prompts: dict[str, tuple[int, ...]],
                     sequences: dict[str, tuple[int, ...]]) -> bool:
     """A request of this batch matched a cached prefix that a request still running shares."""
-    for rid, prefix_len in zip(rec["rids"], rec["prefix_lens"]):
+    for rid, prefix_len in zip(rec.rids, rec.prefix_lens):
         if prefix_len == 0 or rid in running:
             continue
         head = prompts[rid][:prefix_len]

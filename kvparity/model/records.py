@@ -14,6 +14,7 @@ from enum import StrEnum
 from typing import Any, Literal
 
 from kvparity.mem_cache.errors import Exhausted, OutOfMemory
+from kvparity.model.canary import CanaryRead
 
 # How a stage ended: "ok"; "oom", the world's out-of-memory error (``StageRecord.exhausted`` says
 # of what); "error", anything else a (broken) version raised. Plain strings, checked by mypy:
@@ -84,6 +85,7 @@ class StageRecord:
     write_region: tuple[tuple[int, int, int], ...] = ()
     finished: tuple[str, ...] = ()  # requests of ``rids`` that finished in this stage
     notes: tuple[Observation, ...] = ()  # observations for scenario classes
+    canary: tuple[CanaryRead, ...] = ()  # reads of wrong KV by this stage's forward (``kvparity.engine.canary``)
 
     def describe(self) -> str:
         what = f"step {self.step} {self.kind}"
@@ -111,6 +113,7 @@ class StageRecord:
         logprob admission."""
         plain = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
         plain["notes"] = [n if isinstance(n, Note) else dataclasses.asdict(n) for n in self.notes]
+        plain["canary"] = [read.to_plain() for read in self.canary]
         return plain
 
     @classmethod
@@ -122,6 +125,7 @@ class StageRecord:
         fields["notes"] = tuple(
             LogprobAdmission(**n) if isinstance(n, dict) else Note(n) for n in plain.get("notes", ())
         )
+        fields["canary"] = tuple(CanaryRead.from_plain(read) for read in plain.get("canary", ()))
         return cls(**fields)
 
 

@@ -11,15 +11,19 @@ from typing import Any
 
 from kvparity.mem_cache.schedule_policy import POLICIES
 from kvparity.model.scenario import tokens_python
+from kvparity.model.worlds import Geometry
 
 LOOPS = ("normal", "overlap")
+# The context length of a traffic server (the width of its request rows; the shell's default
+# ``max_context_len``): it caps every request's outputs as SGLang's ``max_req_len`` does.
+MAX_CONTEXT_LEN = 4096
 
 
-def next_token(arrival_index: int, seq_len: int, vocab_size: int) -> int:
-    """The deterministic forward every traffic world shares (SGLang's own scheduler in the shell,
-    kvparity's model loop): a token in [10, vocab_size) from the request's arrival index and its
-    sequence length."""
-    return 10 + (arrival_index * 7919 + seq_len * 104729) % (vocab_size - 10)
+def table_width(requests: list[tuple[int, int]], page_size: int, max_context_len: int) -> int:
+    """The ``req_to_token`` columns a traffic run's snapshots keep: every sequence of the run fits
+    (``requests``: (prompt length, outputs wanted) per request), with a page to spare."""
+    longest = max((prompt + outputs for prompt, outputs in requests), default=0)
+    return min(max_context_len, longest + page_size)
 
 
 @dataclass(frozen=True)
@@ -82,6 +86,10 @@ class TrafficScenario:
                     for group in self.arrivals]
         return asdict(self.config), arrivals
 
+    def table_width(self, max_context_len: int) -> int:
+        return table_width([(len(a.tokens), a.max_new_tokens) for group in self.arrivals for a in group],
+                           self.config.page_size, max_context_len)
+
     def to_python(self) -> str:
         """Python source that rebuilds this scenario (``from kvparity.model.traffic import *``)."""
         defaults = ServerConfig()
@@ -92,6 +100,12 @@ class TrafficScenario:
             lines.append(f"    ({shown}{',' if len(group) == 1 else ''}),")
         return "\n".join(lines + ["))"])
 
+
+
+def traffic_geometry(scenario: TrafficScenario) -> Geometry:
+    """The pools a traffic world is built with (rows of ``MAX_CONTEXT_LEN``)."""
+    c = scenario.config
+    return Geometry(pool_rows=c.pool_rows, max_context_len=MAX_CONTEXT_LEN, kv_slots=c.kv_slots, page_size=c.page_size)
 
 
 def traffic_to_dict(scenario: TrafficScenario) -> dict[str, Any]:

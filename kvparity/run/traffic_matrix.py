@@ -12,9 +12,8 @@ from collections.abc import Callable
 from typing import Any
 
 from kvparity.engine.traffic_players import CachingPlayer, RealTrafficPlayer
-from kvparity.judge.admission import finding_line
 from kvparity.model.traffic import traffic_to_dict
-from kvparity.run.traffic_sweep import TrafficRow, TrafficVerdict, check_traffic
+from kvparity.run.traffic_sweep import TrafficRow, TrafficVerdict, check_traffic, finding_label
 
 FINDING_BUDGET_S = 5.0  # shrinking a release's first in-flight finding of each kind (37 releases)
 
@@ -66,18 +65,22 @@ def release_document(release: str, player: CachingPlayer, verdict: TrafficVerdic
     """What the in-flight oracle found in ``release`` (overlap loop), and the shell's costs."""
     totals = verdict.inflight(player.name)
     examples: dict[str, dict[str, Any]] = {}
-    for (kind, cls), example in sorted(totals.first.items()):
+    for key, example in sorted(totals.first.items()):
         finding, scenario = example.shown
-        examples[f"{kind} ({cls})"] = {"line": finding_line(finding), "finding": finding,
-                                       "python": scenario.to_python(), "scenario": traffic_to_dict(scenario)}
+        examples[finding_label(key)] = {"line": finding.line(), "finding": finding.to_plain(),
+                                        "python": scenario.to_python(), "scenario": traffic_to_dict(scenario)}
     results = list(player.results.values())
-    iterations = sum(len(r["iterations"]) for r in results)
-    return {"release": release, "inflight": {f"{k} ({c})": n for (k, c), n in sorted(totals.counts.items())},
+    iterations = sum(len(r.decisions) for r in results)
+    counts, firsts = verdict.findings().get(player.name, ({}, {}))
+    return {"release": release, "inflight": {finding_label(k): n for k, n in sorted(totals.counts.items())},
+            "findings": dict(sorted(counts.items())),
+            "findings_first": {label: {"line": line, "python": s.to_python()} for label, (s, line) in firsts.items()},
             "inflight_first": examples, "overlap_scenarios": totals.scenarios,
             "overlap_scenarios_with_findings": totals.scenarios_with,
             "costs": {"plays": len(results), "iterations": iterations,
-                      "build_s_median": round(statistics.median(r["build_s"] for r in results), 4) if results else None,
-                      "ms_per_iteration": round(1000 * sum(r["loop_s"] for r in results) / max(iterations, 1), 3)}}
+                      "build_s_median": round(statistics.median(r.build_s for r in results), 4) if results else None,
+                      "ms_per_iteration": round(1000 * sum(r.loop_s for r in results) / max(iterations, 1), 3),
+                      "record_ms_per_iteration": round(1000 * sum(r.record_s for r in results) / max(iterations, 1), 3)}}
 
 
 def pair_line(doc: dict[str, Any]) -> str:

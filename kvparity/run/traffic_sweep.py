@@ -19,15 +19,16 @@ from collections import Counter
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any
 
 from hypothesis import HealthCheck, given, seed, settings
 
 from kvparity.engine.traffic_players import TrafficPlayer
-from kvparity.judge.admission import DecisionDifference, TrafficJudgement, judge_traffic
+from kvparity.engine.traffic_run import TrafficRun
+from kvparity.judge.admission import DecisionDifference, TrafficJudgement, judge_traffic, traffic_problems
 from kvparity.judge.traffic_classes import traffic_classes
 from kvparity.mem_cache.schedule_policy import POLICIES
 from kvparity.model.traffic import LOOPS, TrafficScenario
+from kvparity.model.traffic_records import InflightFinding
 from kvparity.model.traffic_strategies import traffic_scenarios
 from kvparity.run.minimize import Shrunk, minimize
 from kvparity.run.traffic_shrink import traffic_candidates
@@ -62,13 +63,13 @@ class FirstDifference:
 
 @dataclass
 class InflightExample:
-    finding: dict[str, Any]
+    finding: InflightFinding
     scenario: TrafficScenario
     shrunk: Shrunk | None = None
-    shrunk_finding: dict[str, Any] | None = None
+    shrunk_finding: InflightFinding | None = None
 
     @property
-    def shown(self) -> tuple[dict[str, Any], TrafficScenario]:
+    def shown(self) -> tuple[InflightFinding, TrafficScenario]:
         """The finding and scenario a report shows: shrunk when shrinking ran, else as first seen."""
         if self.shrunk is not None and self.shrunk_finding is not None:
             return self.shrunk_finding, self.shrunk.scenario
@@ -79,10 +80,10 @@ class InflightExample:
 class InflightTotals:
     """One player's in-flight findings over a verdict's overlap-loop rows."""
 
-    counts: Counter[tuple[str, str]]  # by (kind, class)
+    counts: Counter[tuple[str, str, str]]  # by (kind, class, harm)
     scenarios_with: int  # scenarios with any finding
     scenarios: int  # scenarios played in the overlap loop
-    first: dict[tuple[str, str], InflightExample]  # the first example of each (kind, class)
+    first: dict[tuple[str, str, str], InflightExample]  # the first example of each (kind, class, harm)
 
 
 @dataclass
@@ -96,10 +97,15 @@ class TrafficRow:
     admission: int = 0  # of which the admitted requests (or their order) differ
     first: FirstDifference | None = None
     classes: Counter[str] = field(default_factory=Counter)  # traffic classes, by scenarios reaching them
-    # Per player name: in-flight findings by (kind, class), scenarios with any, the first of each shrunk.
-    inflight: dict[str, Counter[tuple[str, str]]] = field(default_factory=dict)
+    # Per player name: in-flight findings by (kind, class, harm), scenarios with any, the first of each shrunk.
+    inflight: dict[str, Counter[tuple[str, str, str]]] = field(default_factory=dict)
     inflight_scenarios: Counter[str] = field(default_factory=Counter)
-    inflight_examples: dict[str, dict[tuple[str, str], InflightExample]] = field(default_factory=dict)
+    inflight_examples: dict[str, dict[tuple[str, str, str], InflightExample]] = field(default_factory=dict)
+    # Per player name: what its runs found that both players may share (properties of a release, not
+    # differences): reads of wrong KV at a launch, memory oracles failed; scenarios reaching each,
+    # with the first (scenario, line).
+    findings: dict[str, Counter[str]] = field(default_factory=dict)
+    finding_examples: dict[str, dict[str, tuple[TrafficScenario, str]]] = field(default_factory=dict)
     seconds: float = 0.0
 
     @property
@@ -140,6 +146,17 @@ class TrafficVerdict:
                 totals.first.setdefault(key, example)
         return totals
 
+    def findings(self) -> dict[str, tuple[Counter[str], dict[str, tuple[TrafficScenario, str]]]]:
+        """Per player: its runs' own findings (scenarios reaching each) and the first example of each."""
+        out: dict[str, tuple[Counter[str], dict[str, tuple[TrafficScenario, str]]]] = {}
+        for row in self.rows:
+            for name, counts in row.findings.items():
+                total, first = out.setdefault(name, (Counter(), {}))
+                total.update(counts)
+                for label, example in row.finding_examples[name].items():
+                    first.setdefault(label, example)
+        return out
+
     def summary(self) -> str:
         """One line: what differs (by the kind of each differing row's first difference) under which
         policies and loops, and the policies under which nothing does."""
@@ -161,7 +178,8 @@ class TrafficVerdict:
 
 _KIND_WORDS = {"admission": "admission differs", "decision": "decisions differ",
                "inflight": "in-flight findings the reference lacks", "error": "the scheduler stopped on an error",
-               "outputs": "outputs differ"}
+               "outputs": "outputs differ", "memory": "memory differs under the same decisions",
+               "oracle": "memory oracles fail", "canary": "reads of wrong KV (canary)"}
 
 
 def _row_kind(row: TrafficRow) -> str:
@@ -169,6 +187,12 @@ def _row_kind(row: TrafficRow) -> str:
     if judgement is None:
         return "decision"
     return "admission" if judgement.kind == "decision" and judgement.admission else judgement.kind
+
+
+def finding_label(key: tuple[str, str, str]) -> str:
+    """An in-flight finding's (kind, class, harm) in words: "cell (live, table only)"."""
+    kind, cls, harm = key
+    return f"{kind} ({cls}, {harm})"
 
 
 def drawn(count: int, policy: str, loop: str, seed_value: int | None = None) -> list[TrafficScenario]:
@@ -196,11 +220,12 @@ def check_traffic(reference: TrafficPlayer, checked: TrafficPlayer, *, examples:
     start = time.monotonic()
     loops = tuple(loop for loop in loops if loop in reference.loops and loop in checked.loops)
     rows = []
-    shrunk_findings: set[tuple[str, str, str]] = set()  # (player, kind, class): the first is shrunk once per run
+    shrunk_findings: set[tuple[str, ...]] = set()  # (player, kind, class, harm): the first is shrunk once per run
     with ThreadPoolExecutor(2) as pool:  # the two players at once: real ones are separate processes
-        def both(scenario: TrafficScenario) -> tuple[dict[str, Any], dict[str, Any]]:
+        def both(scenario: TrafficScenario) -> Played:
             ref = pool.submit(reference.play, scenario)
-            return ref.result(), checked.play(scenario)
+            runs = ref.result(), checked.play(scenario)
+            return runs, judge_traffic(scenario, *runs, reference.world_id, checked.world_id)
 
         for loop in loops:
             for policy in policies:
@@ -212,25 +237,28 @@ def check_traffic(reference: TrafficPlayer, checked: TrafficPlayer, *, examples:
     return TrafficVerdict(reference.name, checked.name, rows, time.monotonic() - start)
 
 
-Both = Callable[[TrafficScenario], tuple[dict[str, Any], dict[str, Any]]]
+Played = tuple[tuple[TrafficRun, TrafficRun], TrafficJudgement]  # both runs, judged
+Both = Callable[[TrafficScenario], Played]
 
 
 def _sweep_row(both: Both, reference: TrafficPlayer, checked: TrafficPlayer, scenarios: list[TrafficScenario],
                policy: str, loop: str, shrink_budget_s: float | None, finding_budget_s: float,
-               shrunk_findings: set[tuple[str, str, str]]) -> TrafficRow:
+               shrunk_findings: set[tuple[str, ...]]) -> TrafficRow:
     t0 = time.monotonic()
     row = TrafficRow(policy, loop)
     players = (reference, checked)
     for player in players:
         row.inflight[player.name] = Counter()
         row.inflight_examples[player.name] = {}
+        row.findings[player.name] = Counter()
+        row.finding_examples[player.name] = {}
     for scenario in scenarios:
-        results = both(scenario)
+        results, judgement = both(scenario)
         row.scenarios += 1
         row.classes.update(traffic_classes(scenario, results[0]))
         for player, result in zip(players, results):
             _count_inflight(row, player.name, scenario, result)
-        judgement = judge_traffic(*results)
+            _count_findings(row, player.name, scenario, result)
         if not judgement.agree:
             row.differing += 1
             row.admission += judgement.admission
@@ -240,22 +268,33 @@ def _sweep_row(both: Both, reference: TrafficPlayer, checked: TrafficPlayer, sce
         if row.first is not None:
             _shrink_difference(row.first, both, reference, checked, shrink_budget_s)
         for player in players:
-            for (kind, cls), example in row.inflight_examples[player.name].items():
-                if (player.name, kind, cls) not in shrunk_findings:
-                    shrunk_findings.add((player.name, kind, cls))
-                    _shrink_finding(example, player, kind, cls, min(shrink_budget_s, finding_budget_s))
+            for key, example in row.inflight_examples[player.name].items():
+                if (player.name, *key) not in shrunk_findings:
+                    shrunk_findings.add((player.name, *key))
+                    _shrink_finding(example, player, key, min(shrink_budget_s, finding_budget_s))
     row.seconds = time.monotonic() - t0
     return row
 
 
-def _count_inflight(row: TrafficRow, name: str, scenario: TrafficScenario, result: dict[str, Any]) -> None:
-    findings = result.get("inflight_violations", ())
+def _count_inflight(row: TrafficRow, name: str, scenario: TrafficScenario, result: TrafficRun) -> None:
+    findings = result.inflight
     if findings:
         row.inflight_scenarios[name] += 1
     for finding in findings:
-        key = (finding["kind"], finding["class"])
-        row.inflight[name][key] += 1
-        row.inflight_examples[name].setdefault(key, InflightExample(finding, scenario))
+        row.inflight[name][finding.key] += 1
+        row.inflight_examples[name].setdefault(finding.key, InflightExample(finding, scenario))
+
+
+def _count_findings(row: TrafficRow, name: str, scenario: TrafficScenario, result: TrafficRun) -> None:
+    """A run's reads of wrong KV and failed memory oracles, per kind, once per scenario."""
+    seen: dict[str, str] = {}
+    for read in result.canary:
+        seen.setdefault("KV canary: a read of wrong KV at a launch", f"iteration {read.iteration}: {read.line()}")
+    for problem in traffic_problems(scenario, result):
+        seen.setdefault(f"memory oracle: {problem.oracle}", problem.line())
+    for label, line in seen.items():
+        row.findings[name][label] += 1
+        row.finding_examples[name].setdefault(label, (scenario, line))
 
 
 def _same_difference(judgement: TrafficJudgement, first: TrafficJudgement) -> bool:
@@ -270,9 +309,9 @@ def _same_difference(judgement: TrafficJudgement, first: TrafficJudgement) -> bo
 
 def _shrink_difference(first: FirstDifference, both: Both, reference: TrafficPlayer, checked: TrafficPlayer,
                        budget_s: float) -> None:
-    first.shrunk = minimize(first.scenario, lambda s: _same_difference(judge_traffic(*both(s)), first.judgement),
+    first.shrunk = minimize(first.scenario, lambda s: _same_difference(both(s)[1], first.judgement),
                             budget_s=budget_s, candidates=traffic_candidates)
-    first.shrunk_judgement = judge_traffic(*both(first.shrunk.scenario))
+    first.shrunk_judgement = both(first.shrunk.scenario)[1]
     first.cause = diagnose(first.shrunk.scenario, first.shrunk_judgement, both, reference, checked)
 
 
@@ -285,7 +324,7 @@ def diagnose(scenario: TrafficScenario, judgement: TrafficJudgement, both: Both,
     if decision is None or not decision.admission or scenario.config.schedule_policy == "fcfs":
         return None
     fcfs = dataclasses.replace(scenario, config=dataclasses.replace(scenario.config, schedule_policy="fcfs"))
-    if not judge_traffic(*both(fcfs)).agree:
+    if not both(fcfs)[1].agree:
         return None
     cause = (f"the waiting queue's ranking under {scenario.config.schedule_policy} differs (the same traffic under "
              "fcfs decides alike)")
@@ -293,10 +332,9 @@ def diagnose(scenario: TrafficScenario, judgement: TrafficJudgement, both: Both,
     return cause + (f": {known}" if known else "")
 
 
-def _shrink_finding(example: InflightExample, player: TrafficPlayer, kind: str, cls: str, budget_s: float) -> None:
+def _shrink_finding(example: InflightExample, player: TrafficPlayer, key: tuple[str, str, str], budget_s: float) -> None:
     def reaches(scenario: TrafficScenario) -> bool:
-        return any((f["kind"], f["class"]) == (kind, cls) for f in player.play(scenario).get("inflight_violations", ()))
+        return any(f.key == key for f in player.play(scenario).inflight)
 
     example.shrunk = minimize(example.scenario, reaches, budget_s=budget_s, candidates=traffic_candidates)
-    findings = player.play(example.shrunk.scenario).get("inflight_violations", ())
-    example.shrunk_finding = next(f for f in findings if (f["kind"], f["class"]) == (kind, cls))
+    example.shrunk_finding = next(f for f in player.play(example.shrunk.scenario).inflight if f.key == key)

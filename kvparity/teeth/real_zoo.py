@@ -6,13 +6,11 @@ is stored here beyond the one line each edit replaces.
 
 from __future__ import annotations
 
-import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
 from kvparity.engine.real import RealSGLangError
-from kvparity.engine.real.install import SGLangSource
-from kvparity.teeth.zoo import Edit, Mutant, MutantError, apply_edits
+from kvparity.engine.real.install import SGLangSource, copy_with_edits
 
 
 @dataclass(frozen=True)
@@ -84,7 +82,36 @@ REAL_INFLIGHT_MUTANTS: tuple[RealMutant, ...] = (
                "            locs = self.seq_lens.clone()\n",
                "            locs = self.seq_lens.clone() - int(self.enable_overlap)\n", **_AGAINST),
 )
-ALL_REAL_MUTANTS = REAL_MUTANTS + REAL_MUTANTS_PREFIX_LEN + REAL_INFLIGHT_MUTANTS
+# For the scheduler-driven check's memory judges (issue 32): copies whose scheduler decides as the
+# release does while its memory goes wrong; each is killed by ``--drive scheduler`` against the release.
+REAL_MEMORY_MUTANTS: tuple[RealMutant, ...] = (
+    RealMutant("chunk-stash-keeps-duplicates",
+               "cache_unfinished_req of a chunked request no longer frees the slots the tree already held (its "
+               "duplicates leak)", _P1, f"{_MEM}/radix_cache.py",
+               "            chunked=chunked,\n        )\n        self.token_to_kv_pool_allocator.free(kv_indices[old_prefix_len"
+               ":new_prefix_len])",
+               "            chunked=chunked,\n        )\n        if not chunked:\n            self.token_to_kv_pool_allocator"
+               ".free(kv_indices[old_prefix_len:new_prefix_len])", against=_P1),
+    RealMutant("finished-last-slot-freed-twice",
+               "cache_finished_req (page size 1) also frees the request's last cached slot, which the tree keeps",
+               _P1, f"{_MEM}/radix_cache.py",
+               "            page_aligned_kv_indices = kv_indices.to(dtype=torch.int64, copy=True)\n            if self.is_eagle:",
+               "            page_aligned_kv_indices = kv_indices.to(dtype=torch.int64, copy=True)\n"
+               "            self.token_to_kv_pool_allocator.free(kv_indices[-1:])\n            if self.is_eagle:", against=_P1),
+    RealMutant("decode-writes-one-column-back",
+               "prepare_for_decode writes the new token's slot one column back (in both loops): the row names the new "
+               "slot where the previous token's belongs, and nothing where the new one's does",
+               _P1, "sglang/srt/managers/schedule_batch.py",
+               "            locs = self.seq_lens.clone()\n", "            locs = self.seq_lens.clone() - 1\n", against=_P1),
+    RealMutant("chunk-stash-frees-the-row-it-keeps",
+               "the chunked request's stash (0.5.9, which keeps the row for the next chunk) also puts the row back on "
+               "the free list: another request is handed a row that is still read and written",
+               "0.5.9", "sglang/srt/managers/scheduler.py",
+               "        self.tree_cache.cache_unfinished_req(req, chunked=True)\n",
+               "        self.tree_cache.cache_unfinished_req(req, chunked=True)\n"
+               "        self.req_to_token_pool.free_slots.append(req.req_pool_idx)\n", against="0.5.9"),
+)
+ALL_REAL_MUTANTS = REAL_MUTANTS + REAL_MUTANTS_PREFIX_LEN + REAL_INFLIGHT_MUTANTS + REAL_MEMORY_MUTANTS
 REAL_MUTANTS_BY_NAME = {m.name: m for m in ALL_REAL_MUTANTS}
 
 
@@ -93,11 +120,7 @@ def make_mutated_copy(source: SGLangSource, mutant: RealMutant, dest: str | Path
     text must occur exactly once. Returns ``dest`` (give it to ``kvparity check --sglang``)."""
     if source.version != mutant.version:
         raise RealSGLangError(f"mutant {mutant.name} edits SGLang {mutant.version}, not {source.version}")
-    dest = Path(dest)
-    shutil.copytree(Path(source.path) / "sglang", dest / "sglang")
-    edit = Mutant(mutant.name, mutant.what, (Edit(mutant.path, mutant.old, mutant.new),))
     try:
-        apply_edits(edit, dest)  # the zoo's rule: the text occurs exactly once
-    except MutantError as exc:
-        raise RealSGLangError(str(exc)) from None
-    return dest
+        return copy_with_edits(source, [(mutant.path, mutant.old, mutant.new)], dest)
+    except RealSGLangError as exc:
+        raise RealSGLangError(f"mutant {mutant.name}: {exc}") from None

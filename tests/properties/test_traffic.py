@@ -42,11 +42,16 @@ def test_the_inflight_oracle_catches_a_copy_of_a_release_that_rewrites_an_inflig
     """A broken copy of 0.5.3.post1 (``overlap-decode-writes-one-column-back``: in the overlap loop,
     prepare_for_decode writes the new slot one column back) against the release: in the overlap
     loop the in-flight oracle reports the rewrite of the cell the batch in flight reads, with its
-    batch, request, row and column; the normal loop, which the copy leaves alone, agrees."""
+    batch, request, row and column (a read through it sees wrong KV); the normal loop, which the
+    copy leaves alone, agrees. At that iteration the copy's own memory breaks an oracle (the slot
+    the overwritten cell named is held by nobody now: conservation) and differs from the release's;
+    the broken oracle is what the judgement shows first (at one iteration an oracle ranks before a
+    memory difference, which ranks before an in-flight finding)."""
     from kvparity.engine.real.install import resolve
     from kvparity.engine.traffic_players import RealTrafficPlayer
     from kvparity.judge.admission import judge_traffic
     from kvparity.model.traffic import Arrival, ServerConfig, TrafficScenario
+    from kvparity.model.traffic_records import WRONG_KV
     from kvparity.teeth.real_zoo import REAL_MUTANTS_BY_NAME, make_mutated_copy
 
     mutant = REAL_MUTANTS_BY_NAME["overlap-decode-writes-one-column-back"]
@@ -55,14 +60,21 @@ def test_the_inflight_oracle_catches_a_copy_of_a_release_that_rewrites_an_inflig
     one_request = ((Arrival("a", (1, 2, 3, 4), 3),),)
     try:
         overlap = TrafficScenario(ServerConfig(loop="overlap"), one_request)
-        judgement = judge_traffic(release.play(overlap), broken.play(overlap))
+        judgement = judge_traffic(overlap, release.play(overlap), broken.play(overlap), release.world_id,
+                                  broken.world_id)
         normal = TrafficScenario(ServerConfig(loop="normal"), one_request)
-        assert judge_traffic(release.play(normal), broken.play(normal)).agree
+        assert judge_traffic(normal, release.play(normal), broken.play(normal), release.world_id,
+                             broken.world_id).agree
     finally:
         broken.close()
-    assert judgement.kind == "inflight" and judgement.decision is None
+    assert judgement.decision is None and judgement.inflight_only_other
+    # Nothing before iteration 1, where the decode's write lands; the in-flight finding is seen there.
+    symptoms = judgement.symptoms()
+    assert symptoms[0][0] == 1 and (1, 3, "inflight") in symptoms and (1, 2, "memory") in symptoms, symptoms
+    assert judgement.kind == "oracle" and judgement.problems[0].iteration == 1, judgement.line()
+    assert judgement.problems[0].oracle == "slots conserved", judgement.problems
     first = judgement.inflight_only_other[0]
     # The prefill batch (iteration 0) reads a's cells 0-3; the next decode's write lands on cell 3.
-    assert {k: first[k] for k in ("kind", "class", "batch_iteration", "rid", "columns")} == {
-        "kind": "cell", "class": "live", "batch_iteration": 0, "rid": "a", "columns": [3]}
-    assert first["detected"] == {"iteration": 1, "step": "get_next_batch_to_run"}
+    assert (first.kind, first.cls, first.batch_iteration, first.rid, first.columns) == ("cell", "live", 0, "a", (3,))
+    assert (first.detected_iteration, first.detected_step) == (1, "get_next_batch_to_run")
+    assert first.harm == WRONG_KV

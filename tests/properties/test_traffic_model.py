@@ -7,14 +7,16 @@ reservation for running requests' outputs, chunked prefill, and retraction."""
 
 from __future__ import annotations
 
-from typing import Any
+import dataclasses
 
 import pytest
 from hypothesis import HealthCheck, given, settings
 
 from kvparity.engine.traffic_loop import VOCAB_SIZE, play_traffic
+from kvparity.engine.traffic_run import TrafficRun
 from kvparity.mem_cache.schedule_policy import POLICIES
 from kvparity.model.traffic import Arrival, ServerConfig, TrafficScenario
+from kvparity.model.traffic_records import Decision
 from kvparity.model.traffic_strategies import traffic_scenarios
 
 PAIRS = (("legacy", "0.5.3"), ("refactored", "0.5.3.post1"))
@@ -26,29 +28,29 @@ def workers(scheduler_workers):
     return scheduler_workers
 
 
-def real(workers: dict, release: str, scenario: TrafficScenario) -> dict[str, Any]:
+def real(workers: dict, release: str, scenario: TrafficScenario) -> TrafficRun:
     config, arrivals = scenario.to_plain()
-    return workers[release].call("run_traffic", config=config, arrivals=arrivals)
+    return TrafficRun.from_plain(workers[release].call("run_traffic", config=config, arrivals=arrivals))
 
 
-def without_time(iterations: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    return [{k: v for k, v in rec.items() if k != "ms"} for rec in iterations]
+def without_time(decisions: tuple[Decision, ...]) -> list[Decision]:
+    return [dataclasses.replace(rec, ms=0.0) for rec in decisions]
 
 
-def first_difference(model: dict[str, Any], reference: dict[str, Any]) -> str | None:
+def first_difference(model: TrafficRun, reference: TrafficRun) -> str | None:
     """The first iteration record (time left out) or output where the model differs, as a line."""
-    ours, theirs = without_time(model["iterations"]), without_time(reference["iterations"])
+    ours, theirs = without_time(model.decisions), without_time(reference.decisions)
     for i in range(max(len(ours), len(theirs))):
         a = ours[i] if i < len(ours) else None
         b = theirs[i] if i < len(theirs) else None
         if a != b:
             return f"iteration {i}:\n  model {a}\n  real  {b}"
-    if model["outputs"] != reference["outputs"]:
-        return f"outputs: model {model['outputs']} != real {reference['outputs']}"
+    if model.outputs != reference.outputs:
+        return f"outputs: model {model.outputs} != real {reference.outputs}"
     return None
 
 
-def play_both(workers: dict, version: str, scenario: TrafficScenario) -> dict[str, Any]:
+def play_both(workers: dict, version: str, scenario: TrafficScenario) -> TrafficRun:
     """The model's run, after checking that the real release decided every iteration alike."""
     model = play_traffic(version, scenario)
     found = first_difference(model, real(workers, RELEASE[version], scenario))
@@ -56,8 +58,8 @@ def play_both(workers: dict, version: str, scenario: TrafficScenario) -> dict[st
     return model
 
 
-def at(result: dict[str, Any], iteration: int) -> dict[str, Any]:
-    return result["iterations"][iteration]
+def at(result: TrafficRun, iteration: int) -> Decision:
+    return result.decisions[iteration]
 
 
 # --------------------------------------------------------------------------- drawn traffic
@@ -93,8 +95,8 @@ def test_admission_stops_on_the_prefill_budget_at_the_first_request_that_does_no
         (Arrival("a", tuple(range(10, 16)), 2), Arrival("b", tuple(range(20, 25)), 2), Arrival("c", (30,), 2)),))
     for version, _ in PAIRS:
         result = play_both(workers, version, scenario)
-        assert (at(result, 0)["rids"], at(result, 0)["waiting"]) == (["a"], ["b", "c"])
-        assert (at(result, 1)["mode"], at(result, 1)["rids"]) == ("EXTEND", ["b", "c"])
+        assert (at(result, 0).rids, at(result, 0).waiting) == (("a",), ("b", "c"))
+        assert (at(result, 1).mode, at(result, 1).rids) == ("EXTEND", ("b", "c"))
 
 
 A = tuple(range(1000, 1040))
@@ -116,8 +118,8 @@ def test_the_issues_minimal_case(workers, policy, first_legacy, first_refactored
     for version, first in (("legacy", first_legacy), ("refactored", first_refactored)):
         result = play_both(workers, version, scenario)
         admitted = at(result, 3)
-        assert (admitted["rids"], admitted["prefix_lens"]) == ([first], [39]), (version, admitted)
-        assert at(result, 4)["rids"] == [{"r0": "r1", "r1": "r0"}[first]]
+        assert (admitted.rids, admitted.prefix_lens) == ((first,), (39,)), (version, admitted)
+        assert at(result, 4).rids == ({"r0": "r1", "r1": "r0"}[first],)
 
 
 @pytest.mark.parametrize("conservativeness, q1_admitted_at", [(1.0, 1), (1.5, 51)])
@@ -132,9 +134,9 @@ def test_running_requests_reserve_their_remaining_outputs_times_new_token_ratio(
         (Arrival("q0", tuple(range(10, 20)), 50),), (Arrival("q1", tuple(range(30, 40)), 31),)))
     for version, _ in PAIRS:
         result = play_both(workers, version, scenario)
-        admissions = [(rec["iteration"], rec["rids"]) for rec in result["iterations"] if rec["mode"] == "EXTEND"]
-        assert admissions == [(0, ["q0"]), (q1_admitted_at, ["q1"])], (version, admissions)
-        assert sum(rec["retracted"] for rec in result["iterations"]) == 0
+        admissions = [(rec.iteration, rec.rids) for rec in result.decisions if rec.mode == "EXTEND"]
+        assert admissions == [(0, ("q0",)), (q1_admitted_at, ("q1",))], (version, admissions)
+        assert sum(rec.retracted for rec in result.decisions) == 0
 
 
 def test_a_chunked_request_continues_first_in_a_new_row(workers):
@@ -147,15 +149,14 @@ def test_a_chunked_request_continues_first_in_a_new_row(workers):
                                          Arrival("q1", tuple(range(200, 206)), 2)),))
     for version, _ in PAIRS:
         result = play_both(workers, version, scenario)
-        batches = [{k: rec[k] for k in ("rids", "prefix_lens", "extend_lens", "rows", "chunked")}
-                   for rec in result["iterations"][:4]]
+        batches = [(rec.rids, rec.prefix_lens, rec.extend_lens, rec.rows, rec.chunked) for rec in result.decisions[:4]]
         assert batches == [
-            {"rids": ["q0"], "prefix_lens": [0], "extend_lens": [8], "rows": [0], "chunked": "q0"},
-            {"rids": ["q0"], "prefix_lens": [8], "extend_lens": [8], "rows": [1], "chunked": "q0"},
-            {"rids": ["q0", "q1"], "prefix_lens": [16, 0], "extend_lens": [4, 4], "rows": [2, 3], "chunked": "q1"},
-            {"rids": ["q1"], "prefix_lens": [4], "extend_lens": [2], "rows": [4], "chunked": None},
+            (("q0",), (0,), (8,), (0,), "q0"),
+            (("q0",), (8,), (8,), (1,), "q0"),
+            (("q0", "q1"), (16, 0), (4, 4), (2, 3), "q1"),
+            (("q1",), (4,), (2,), (4,), None),
         ], version
-        assert (at(result, 4)["mode"], at(result, 4)["rids"]) == ("DECODE", ["q0", "q1"])
+        assert (at(result, 4).mode, at(result, 4).rids) == ("DECODE", ("q0", "q1"))
 
 
 def test_retraction_is_reached_and_matches_sglang(workers):
@@ -169,8 +170,8 @@ def test_retraction_is_reached_and_matches_sglang(workers):
         for conservativeness in (1.0, 0.3):
             config = ServerConfig(kv_slots=200, max_prefill_tokens=4096, schedule_conservativeness=conservativeness)
             result = play_both(workers, version, TrafficScenario(config, arrivals))
-            retracted[conservativeness] = sum(rec["retracted"] for rec in result["iterations"])
-            assert sorted(len(out) for out in result["outputs"].values()) == [40] * 8
+            retracted[conservativeness] = sum(rec.retracted for rec in result.decisions)
+            assert sorted(len(out) for out in result.outputs.values()) == [40] * 8
         assert retracted[1.0] == 0 and retracted[0.3] > 0, (version, retracted)
 
 
@@ -180,8 +181,8 @@ def test_an_overlap_config_is_played_as_the_normal_loop():
     arrivals = ((Arrival("a", A, 3), Arrival("b", R1, 2)),)
     normal = play_traffic("legacy", TrafficScenario(ServerConfig(), arrivals))
     overlap = play_traffic("legacy", TrafficScenario(ServerConfig(loop="overlap"), arrivals))
-    assert overlap["loop"] == normal["loop"] == "normal"
-    assert without_time(overlap["iterations"]) == without_time(normal["iterations"])
+    assert overlap.loop == normal.loop == "normal"
+    assert without_time(overlap.decisions) == without_time(normal.decisions)
 
 
 def test_a_prompt_that_leaves_no_room_for_outputs_is_refused():

@@ -65,28 +65,28 @@ def test_untouched_cells_allows_the_stage_region_only():
 def test_conservation_counts_every_page_once():
     # Slot 0 is reserved: pages 1..8 are free, or held by the tree or by a request.
     held = {"r0": view(0, held=(1, 2))}
-    assert conservation(scenario(kv_slots=8), snap(extend(), free=[3, 4, 5], release=[6, 7],
+    assert conservation(scenario(kv_slots=8).geometry, snap(extend(), free=[3, 4, 5], release=[6, 7],
                                                    requests=held, tree_slots=(8,))) == []
     broken = snap(extend(), free=[3, 4, 3, 5], release=[2, 4], requests=held)
-    assert conservation(scenario(kv_slots=8), broken) == [
+    assert conservation(scenario(kv_slots=8).geometry, broken) == [
         "pages free twice: [3, 4]", "pages both free and held: [2]",
         "4 free + 2 held pages != 8 (leak or double count)"]
     poisoned = snap(extend(), free=[3], requests={"r0": view(0, held=(POISON, 0, 2))})
-    assert conservation(scenario(), poisoned) == [f"held slots that are not real slots: [{POISON}, 0]"]
+    assert conservation(scenario().geometry, poisoned) == [f"held slots that are not real slots: [{POISON}, 0]"]
 
 
 def test_conservation_counts_pages_not_slots():
     held = {"r0": view(0, held=(4, 5, 6))}  # pages 2 and 3 of page size 2
-    assert conservation(scenario(page_size=2, kv_slots=8), snap(extend(), free=[1], requests=held, tree_slots=(8, 9))) == []
-    assert conservation(scenario(page_size=2, kv_slots=8), snap(extend(), free=[3], requests=held)) == [
+    assert conservation(scenario(page_size=2, kv_slots=8).geometry, snap(extend(), free=[1], requests=held, tree_slots=(8, 9))) == []
+    assert conservation(scenario(page_size=2, kv_slots=8).geometry, snap(extend(), free=[3], requests=held)) == [
         "pages both free and held: [3]", "1 free + 2 held pages != 4 (leak or double count)"]
 
 
 def test_new_slots_fresh_refuses_reused_duplicate_reserved_and_free_slots():
     before = snap(START, requests={"r1": view(1, held=(5,))})
-    assert new_slots_fresh(scenario(), before, snap(extend((1, 2, 3)), free=[4, 6])) == []
+    assert new_slots_fresh(scenario().geometry, before, snap(extend((1, 2, 3)), free=[4, 6])) == []
     after = snap(extend((2, 2, 0, 5, 7, 4)), free=[4], tree_slots=(7,))
-    assert new_slots_fresh(scenario(), before, after) == [
+    assert new_slots_fresh(scenario().geometry, before, after) == [
         "new slots handed out twice: [2]", "new slots below 1 (slot 0 is reserved): [0]",
         "new slots held by a request or by the tree: [5, 7]", "pages of new slots still listed as free: [4]"]
 

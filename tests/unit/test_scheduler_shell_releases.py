@@ -1,7 +1,7 @@
 """SGLang's own scheduler loops on one release per scheduler generation
 (``kvparity.engine.real.shell_adapters.SCHEDULER_GENERATIONS``), normal and overlap: a hand-made
 scenario with a radix hit and chunked prefill is admitted the same way by every generation, every
-request gets the deterministic forward's tokens, and the in-flight oracle reports a planted fault
+request gets the KV canary forward's tokens, and the in-flight oracle reports a planted fault
 (``rewrite_inflight_cell``) with its iterations, row and column, and nothing else.
 ``scripts/shell_releases.py`` plays every release."""
 
@@ -13,7 +13,10 @@ from kvparity.engine.real import RealSGLangError
 from kvparity.engine.real.adapter import VOCAB_SIZE
 from kvparity.engine.real.shell_adapters import SCHEDULER_GENERATIONS, adapter_for
 from kvparity.engine.real.versions import SUPPORTED
-from kvparity.model.traffic import Arrival, ServerConfig, TrafficScenario, next_token
+from kvparity.engine.traffic_run import TrafficRun
+from kvparity.model.canary import chain, token_from
+from kvparity.model.traffic import Arrival, ServerConfig, TrafficScenario
+from kvparity.model.traffic_records import TABLE_ONLY, WRONG_KV
 
 # One release per scheduler generation (0.5.3 and 0.5.3.post1: the shared workers of conftest).
 REPRESENTATIVES = {
@@ -29,6 +32,15 @@ SHARED = ("0.5.3", "0.5.3.post1")
 A = tuple(range(1000, 1040))
 B = A[:32] + tuple(range(5000, 5024))
 FAULT_ITERATION, FAULT_COLUMN = 8, 5
+
+
+def canary_outputs(prompt: tuple[int, ...], n: int) -> tuple[int, ...]:
+    """The KV canary forward's ``n`` outputs for ``prompt``: each from the chained hash of every
+    token before it."""
+    tokens = list(prompt)
+    for _ in range(n):
+        tokens.append(token_from(chain(tokens)[-1], VOCAB_SIZE))
+    return tuple(tokens[len(prompt):])
 
 
 def scenario(loop: str) -> TrafficScenario:
@@ -74,33 +86,46 @@ def test_each_scheduler_generation_admits_forwards_and_reports_a_planted_fault(r
     config, arrivals = scenario(loop).to_plain()
     fault = {"name": "rewrite_inflight_cell", "iteration": FAULT_ITERATION, "request": 0, "column": FAULT_COLUMN,
              "value": 999}
-    result = release_workers(release).call("run_traffic", config=dict(config, fault=fault), arrivals=arrivals)
-    assert (result["release"], result["scheduler_generation"], result["loop"]) == (release, generation, loop)
+    result = TrafficRun.from_plain(
+        release_workers(release).call("run_traffic", config=dict(config, fault=fault), arrivals=arrivals))
+    assert (result.player["release"], result.player["scheduler_generation"], result.loop) == (release, generation, loop)
 
     # The same admissions in every generation: a's three chunks, then b's radix hit and its two chunks.
-    by_iteration = {rec["iteration"]: rec for rec in result["iterations"]}
-    seen = [(i, by_iteration[i]["mode"], by_iteration[i]["rids"], by_iteration[i]["prefix_lens"],
-             by_iteration[i]["extend_lens"], by_iteration[i]["chunked"]) for i in (0, 1, 2, 5, 6)]
-    assert seen == [(0, "EXTEND", ["a"], [0], [16], "a"), (1, "EXTEND", ["a"], [16], [16], "a"),
-                    (2, "EXTEND", ["a"], [32], [8], None), (5, "EXTEND", ["b"], [32], [16], "b"),
-                    (6, "EXTEND", ["b"], [48], [8], None)], (release, loop)
-    assert (by_iteration[FAULT_ITERATION]["mode"], by_iteration[FAULT_ITERATION]["rids"]) == ("DECODE", ["b"])
+    by_iteration = {rec.iteration: rec for rec in result.decisions}
+    seen = [(i, by_iteration[i].mode, by_iteration[i].rids, by_iteration[i].prefix_lens,
+             by_iteration[i].extend_lens, by_iteration[i].chunked) for i in (0, 1, 2, 5, 6)]
+    assert seen == [(0, "EXTEND", ("a",), (0,), (16,), "a"), (1, "EXTEND", ("a",), (16,), (16,), "a"),
+                    (2, "EXTEND", ("a",), (32,), (8,), None), (5, "EXTEND", ("b",), (32,), (16,), "b"),
+                    (6, "EXTEND", ("b",), (48,), (8,), None)], (release, loop)
+    assert (by_iteration[FAULT_ITERATION].mode, by_iteration[FAULT_ITERATION].rids) == ("DECODE", ("b",))
 
-    # Every request gets all its tokens, each the shared forward's from its arrival index and length.
-    assert result["outputs"] == {"a": [next_token(0, 40, VOCAB_SIZE)],
-                                 "b": [next_token(1, n, VOCAB_SIZE) for n in range(56, 62)]}, (release, loop)
+    # Every request gets all its tokens, each the canary forward's from the whole sequence before it;
+    # in the overlap loop the batch launched after the rewrite (iteration 9, b's fourth output) reads
+    # the rewritten cell, so from that token on b generates from what it read.
+    clean = {"a": canary_outputs(A, 1), "b": canary_outputs(B, 6)}
+    if loop == "normal":
+        assert result.outputs == clean, (release, loop)
+    else:
+        got = result.outputs["b"]
+        assert result.outputs["a"] == clean["a"] and len(got) == 6, (release, loop)
+        assert got[:3] == clean["b"][:3] and got[3] != clean["b"][3], (release, loop, got, clean["b"])
 
     # The planted rewrite, and nothing else: under the batch it was planted in; in the overlap loop
-    # also under the batch still in flight, and its restore under the batch launched next.
-    row = by_iteration[FAULT_ITERATION]["rows"][0]
-    found = result["inflight_violations"]
-    assert all((v["kind"], v["rid"], v["row"], v["columns"], v["class"]) == ("cell", "b", row, [FAULT_COLUMN], "live")
+    # also under the batch still in flight, and its restore under the batch launched next (which a
+    # read of the table at that batch's launch, before the restore, sees as wrong KV). The rewrite
+    # names a slot past the pool (wrong KV); the restore puts back b's own slot (the table only).
+    row = by_iteration[FAULT_ITERATION].rows[0]
+    found = result.inflight
+    assert all((v.kind, v.rid, v.row, v.columns, v.cls) == ("cell", "b", row, (FAULT_COLUMN,), "live")
                for v in found), (release, loop, found)
-    old = found[0]["old"][0]
+    old = found[0].old[0]
     assert old != 999
-    planted = [(FAULT_ITERATION, [old], [999], FAULT_ITERATION, "run_batch")]
+    planted = [(FAULT_ITERATION, (old,), (999,), FAULT_ITERATION, "run_batch", WRONG_KV)]
+    launch_reads = []
     if loop == "overlap":
-        planted = [(FAULT_ITERATION - 1, [old], [999], FAULT_ITERATION, "run_batch"), *planted,
-                   (FAULT_ITERATION + 1, [999], [old], FAULT_ITERATION + 1, "process_batch_result")]
-    assert [(v["batch_iteration"], v["old"], v["new"], v["detected"]["iteration"], v["detected"]["step"])
+        planted = [(FAULT_ITERATION - 1, (old,), (999,), FAULT_ITERATION, "run_batch", WRONG_KV), *planted,
+                   (FAULT_ITERATION + 1, (999,), (old,), FAULT_ITERATION + 1, "process_batch_result", TABLE_ONLY)]
+        launch_reads = [(FAULT_ITERATION + 1, "b", row, FAULT_COLUMN, 999)]
+    assert [(v.batch_iteration, v.old, v.new, v.detected_iteration, v.detected_step, v.harm)
             for v in found] == planted, (release, loop)
+    assert [(r.iteration, r.rid, r.row, r.position, r.slot) for r in result.canary] == launch_reads, (release, loop)

@@ -4,7 +4,8 @@ from a run's records (``kvparity.judge.traffic_classes``) and shrinking a traffi
 
 from __future__ import annotations
 
-from kvparity.judge.admission import judge_traffic
+from kvparity.engine.traffic_run import TrafficRun
+from kvparity.judge import admission
 from kvparity.judge.traffic_classes import traffic_classes
 from kvparity.model.classes import (
     TRAFFIC_BUDGET_STOP,
@@ -14,29 +15,39 @@ from kvparity.model.classes import (
     TRAFFIC_RETRACTION,
 )
 from kvparity.model.traffic import Arrival, ServerConfig, TrafficScenario, traffic_from_dict, traffic_to_dict
+from kvparity.model.traffic_records import TABLE_ONLY, WRONG_KV, Decision, InflightFinding, StopError
+from kvparity.model.worlds import WorldId
 from kvparity.run.minimize import minimize
 from kvparity.run.traffic_shrink import traffic_candidates
 
+# The runs here are hand-built: no memory snapshots, so only decisions, outputs, in-flight findings
+# and errors are judged. Two modelled worlds of one version: any memory would be compared exactly.
+SCENARIO = TrafficScenario(ServerConfig(), ())
+WORLD = WorldId.modelled("legacy", "torch")
+
 
 def rec(i, mode=None, rids=(), prefix=(), extend=(), waiting=(), chunked=None, retracted=0, finished=()):
-    return {"iteration": i, "mode": mode, "rids": list(rids), "prefix_lens": list(prefix), "extend_lens": list(extend),
-            "seq_lens": [], "rows": [], "chunked": chunked, "waiting": list(waiting), "retracted": retracted,
-            "finished": list(finished)}
+    return Decision(i, mode, tuple(rids), tuple(prefix), tuple(extend), chunked=chunked, retracted=retracted,
+                    waiting=tuple(waiting), finished=tuple(finished))
 
 
 def run(*records, outputs=None, inflight=(), error=None):
-    return {"iterations": list(records), "outputs": outputs or {}, "inflight_violations": list(inflight),
-            **({"error": error} if error else {})}
+    return TrafficRun("overlap", tuple(records), (), {rid: tuple(out) for rid, out in (outputs or {}).items()},
+                      tuple(inflight), error)
 
 
-def cell(batch_iteration, detected, rid="a", row=1, columns=(0,), cls="live"):
-    return {"kind": "cell", "class": cls, "batch_iteration": batch_iteration, "rid": rid, "row": row,
-            "columns": list(columns), "old": [2], "new": [1], "detected": {"iteration": detected, "step": "run_batch"}}
+def judge_traffic(reference, other):
+    return admission.judge_traffic(SCENARIO, reference, other, WORLD, WORLD)
+
+
+def cell(batch_iteration, detected, rid="a", row=1, columns=(0,), cls="live", harm=TABLE_ONLY):
+    return InflightFinding("cell", cls, harm, batch_iteration, rid, row, detected, "run_batch", tuple(columns), (2,),
+                           (1,))
 
 
 def test_the_same_decisions_outputs_and_findings_agree():
     one = run(rec(0, "EXTEND", ["a"], [0], [3]), outputs={"a": [7]}, inflight=[cell(0, 1)])
-    assert judge_traffic(one, run(*one["iterations"], outputs={"a": [7]}, inflight=[cell(0, 1)])).agree
+    assert judge_traffic(one, run(*one.decisions, outputs={"a": [7]}, inflight=[cell(0, 1)])).agree
 
 
 def test_another_batch_order_is_an_admission_difference():
@@ -51,15 +62,20 @@ def test_a_finding_only_the_checked_run_has_is_a_difference_and_shown_first_when
     got = run(rec(0, "EXTEND", ["a"], [0], [3]), rec(1, "DECODE", ["b"]), inflight=[cell(0, 0)])
     judgement = judge_traffic(ref, got)
     assert judgement.kind == "inflight" and "cells [0] changed [2] -> [1]" in judgement.line()
+    assert judgement.inflight_only_other == (cell(0, 0),)
     assert judge_traffic(got, got).agree  # the same finding in both runs: a property of both, not a difference
-    dropped = run(*got["iterations"], inflight=[cell(0, 0, cls="finished")])
+    dropped = run(*got.decisions, inflight=[cell(0, 0, cls="finished")])
     assert judge_traffic(ref, dropped).kind == "decision"  # a finished request's token is dropped: not a divergence
+    # ... unless a read through the changed table would see wrong KV: that diverges whatever the class.
+    misread = run(*got.decisions, inflight=[cell(0, 0, cls="finished", harm=WRONG_KV)])
+    assert judge_traffic(ref, misread).kind == "inflight"
 
 
 def test_a_scheduler_that_raised_where_the_reference_did_not_differs():
     ref = run(rec(0, "EXTEND", ["a"], [0], [3]))
-    got = run(rec(0, "EXTEND", ["a"], [0], [3]), error={"iteration": 0, "message": "ValueError: leak"})
+    got = run(rec(0, "EXTEND", ["a"], [0], [3]), error=StopError(0, "ValueError: leak"))
     assert judge_traffic(ref, got).line() == "iteration 0: the scheduler raised ValueError: leak"
+    assert judge_traffic(got, got).agree  # both stopped alike
 
 
 def test_traffic_classes_are_read_from_what_the_scheduler_did():

@@ -6,7 +6,13 @@ a divergence comes from. Pure refactors and moves are in the adapter table
 (``kvparity.engine.real.versions.CHANGES``), not here.
 
 Kinds: "renumbering" (which row, page or slot a token gets, or the order of a free list, and
-nothing any token can see) or "behaviour" (a value a request or the tree ends up with).
+nothing any token can see), "behaviour" (a value a request or the tree ends up with) or "admission"
+(which requests a batch admits, or in which order).
+
+A change that can be undone says how (``undo``: in its release's source, the text it wrote and the
+text before it; ``model_undo``: the option of kvparity's model that undoes it), so that a difference
+between two releases can be traced to it: undone in a replay, the two decide alike
+(``kvparity.run.scheduler_drive``).
 """
 
 from __future__ import annotations
@@ -15,7 +21,7 @@ from dataclasses import dataclass
 
 from kvparity.engine.real.versions import version_key
 
-RENUMBERING, BEHAVIOUR = "renumbering", "behaviour"
+RENUMBERING, BEHAVIOUR, ADMISSION = "renumbering", "behaviour", "admission"
 
 
 @dataclass(frozen=True)
@@ -24,11 +30,23 @@ class Change:
     kind: str
     what: str
     pull_request: str | None = None  # "#17850", or None where none was found
+    # How to undo it in ``release``'s own source: (file under the folder holding ``sglang``, the
+    # text the change wrote there, which occurs once, the text before the change).
+    undo: tuple[str, str, str] | None = None
+    # How to undo it in kvparity's model: (option of ``play_traffic``, value).
+    model_undo: tuple[str, str] | None = None
 
 
 CHANGES: tuple[Change, ...] = (
     Change("0.5.3.post1", BEHAVIOUR, "PR #11200: write_cache_indices writes prefix and new slots in one kernel; "
            "prefix_indices is an int64 tensor and the chunk cache keeps an int64 copy (no value changes)", "#11200"),
+    Change("0.5.3.post1", ADMISSION, "PR #11200: the key that ranks the waiting queue under lpm and dfs-weight "
+           "(SchedulePolicy._compute_prefix_matches) went from Req.adjust_max_prefix_ids(), capped at len - 1 and at "
+           "the logprob start, to origin_input_ids + output_ids, uncapped", "#11200",
+           undo=("sglang/srt/managers/schedule_policy.py", "prefix_ids = r.origin_input_ids + r.output_ids",
+                 "prefix_ids = (r.origin_input_ids + r.output_ids)[: max(min(len(r.origin_input_ids) + "
+                 "len(r.output_ids) - 1, r.logprob_start_len if r.return_logprob else 1 << 62), 0)]"),
+           model_undo=("ranking_key_of", "legacy")),
     Change("0.5.3.post2", RENUMBERING, "RadixCache.cache_finished_req frees the unaligned paged tail after the duplicate "
            "pages instead of before (free-list order)"),
     Change("0.5.3.post2", BEHAVIOUR, "a finished request with no output token caches its whole prompt, not all but the "

@@ -343,3 +343,20 @@ def main(argv: list[str] | None = None) -> int:
 
 if __name__ == "__main__":
     sys.exit(main())
+
+
+def copy_with_edits(source: SGLangSource, edits: list[tuple[str, str, str]], dest: str | os.PathLike[str]) -> Path:
+    """Copy the ``sglang`` package of ``source`` into ``dest`` and make each edit (``path`` relative
+    to the folder holding the package, the ``old`` text, which must occur exactly once, and the
+    ``new`` one); returns ``dest`` (a folder ``resolve`` takes). A mutant of the zoo is one; so is a
+    release with one of its changes undone."""
+    dest = Path(dest)
+    shutil.copytree(Path(source.path) / "sglang", dest / "sglang")
+    for path, old, new in edits:
+        target = dest / path
+        text = target.read_text()
+        count = text.count(old)
+        if count != 1:
+            raise RealSGLangError(f"{path} of sglang {source.version}: {old[:60]!r} occurs {count} times (needs 1)")
+        target.write_text(text.replace(old, new))
+    return dest

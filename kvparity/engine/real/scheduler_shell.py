@@ -55,13 +55,25 @@ from typing import Any
 
 import torch
 
+from kvparity.engine.canary import Launch
+from kvparity.engine.iteration_recorder import (
+    LIVE,
+    IterationRecorder,
+    RequestState,
+    admission_budget,
+    decode_requests,
+    extend_requests,
+)
 from kvparity.engine.real import RealSGLangError
-from kvparity.engine.real.adapter import VOCAB_SIZE
+from kvparity.engine.real.adapter import VOCAB_SIZE, _dotted
 from kvparity.engine.real.shell_adapters import Knobs, ShellAdapter, adapter_for
 from kvparity.engine.real.standins import StandIn
 from kvparity.engine.real.standins import install as install_standins
 from kvparity.engine.real.worker import Context, remote
-from kvparity.model.traffic import LOOPS, next_token
+from kvparity.engine.traffic_run import TrafficRun
+from kvparity.model.canary import token_from
+from kvparity.model.traffic import LOOPS, table_width
+from kvparity.model.traffic_records import TABLE_ONLY, WRONG_KV, Decision, InflightFinding, StopError
 
 # Extra stand-ins for the scheduler's import chain (wider than the KV path's), every release; an
 # adapter adds its generation's own.
@@ -98,23 +110,34 @@ def scheduler_module(adapter: ShellAdapter) -> Any:
 
 
 class Forward:
-    """The model forward, replaced: one next token per request of the batch being run. Records
-    what an attention backend would read: each request's ``req_to_token[row, :seq_len]``."""
+    """The model forward, replaced: the KV canary's forward (``kvparity.engine.canary``) on what a
+    model worker gets (the batch's input ids, ``out_cache_loc``, rows and sequence lengths; the
+    scheduled batch's prefix lengths): it reads every request's row ``req_to_token[row, :seq_len]``
+    as the batch is launched, stamps the new slots, and samples one next token per request from the
+    hash it read at the last position."""
 
     def __init__(self, shell: Any) -> None:
         self.shell = shell
-        self.reads: list[list[list[int]]] = []
 
     def __call__(self, worker_batch: Any) -> torch.Tensor:
-        reqs = self.shell._kvp_running.reqs
+        shell = self.shell
+        batch = shell._kvp_running
+        reqs = batch.reqs
         seq_lens = [int(x) for x in worker_batch.seq_lens.tolist()]
         rows = [int(x) for x in worker_batch.req_pool_indices.tolist()]
         assert len(reqs) == len(seq_lens), "the model worker batch and the scheduled batch differ in size"
-        pool = self.shell.req_to_token_pool.req_to_token
-        self.reads.append([pool[row, :n].tolist() for row, n in zip(rows, seq_lens)])
-        arrival = self.shell._kvp_arrival
-        return torch.tensor([next_token(arrival[r.rid], n, VOCAB_SIZE) for r, n in zip(reqs, seq_lens)],
-                            dtype=torch.int64)
+        input_ids = [int(x) for x in worker_batch.input_ids.tolist()]
+        out_cache_loc = [int(x) for x in worker_batch.out_cache_loc.tolist()]
+        rids = [r.rid for r in reqs]
+        known = [tuple(r.origin_input_ids) + tuple(r.output_ids) for r in reqs]
+        if batch.forward_mode.is_extend():
+            prefix_lens, _ = shell._kvp_adapter.extend_lens(batch)
+            requests = extend_requests(rids, rows, seq_lens, prefix_lens, input_ids, out_cache_loc, known)
+        else:
+            requests = decode_requests(rids, rows, seq_lens, input_ids, out_cache_loc, known)
+        launch = shell._kvp_recorder.launch(shell._kvp_iteration, requests)
+        shell._kvp_launch, shell._kvp_out_cache_loc = launch, out_cache_loc
+        return torch.tensor([token_from(h, VOCAB_SIZE) for h in launch.last_hashes], dtype=torch.int64)
 
 
 @dataclasses.dataclass
@@ -129,6 +152,7 @@ class _InFlight:
     findings: list[dict[str, Any]] = dataclasses.field(default_factory=list)
     rows_taken: set[tuple[int, str]] = dataclasses.field(default_factory=set)
     undo: Any = None  # a fault's undo, run at the window's end
+    launch: Launch | None = None  # the batch's forward, for the canary to land
 
 
 def _runs(columns: list[int]) -> list[list[int]]:
@@ -186,6 +210,8 @@ def _shell_class(mod: Any, adapter: ShellAdapter) -> Any:
             record is complete."""
             if self._kvp_pass_open:
                 self._kvp_end_iteration()
+            self._kvp_iter_launch, self._kvp_iter_out = None, None
+            self._kvp_adder = ()
             i = self._kvp_iteration
             idle = (not self.waiting_queue and self.chunked_req is None and self.last_batch is None
                     and self.running_batch.is_empty())
@@ -201,6 +227,7 @@ def _shell_class(mod: Any, adapter: ShellAdapter) -> Any:
             for spec in recv_reqs:
                 self._kvp_arrival[spec["rid"]] = len(self._kvp_arrival)
                 req = self._kvp_adapter.new_req(self, spec)
+                self._kvp_reqs[req.rid] = req
                 self.init_req_max_new_tokens(req)
                 self._add_request_to_queue(req)
             self._kvp_check("process_input_requests")
@@ -239,8 +266,10 @@ def _shell_class(mod: Any, adapter: ShellAdapter) -> Any:
             seq_lens = self._kvp_adapter.seq_lens(batch)
             flight = _InFlight(self._kvp_iteration, list(batch.reqs), rows, seq_lens,
                                [pool[row, :n].clone() for row, n in zip(rows, seq_lens)])
-            self._kvp_running = batch
+            self._kvp_running, self._kvp_launch = batch, None
             result = super().run_batch(batch, *args, **kwargs)
+            flight.launch = self._kvp_iter_launch = self._kvp_launch
+            self._kvp_iter_out = self._kvp_out_cache_loc
             self._kvp_flights.append(flight)
             fault = self._kvp_fault
             if fault is not None and int(fault["iteration"]) == flight.iteration:
@@ -284,11 +313,7 @@ def _shell_class(mod: Any, adapter: ShellAdapter) -> Any:
             assert [r.rid for r in batch.reqs] == [r.rid for r in flight.reqs], "results out of launch order"
             if flight.undo is not None:
                 flight.undo()
-            by_rid = {r.rid: r for r in flight.reqs}
-            for finding in flight.findings:
-                # SGLang's own criterion for dropping N's token of the request (process_batch_result).
-                finding["class"] = self._kvp_adapter.req_class(by_rid[finding["rid"]])
-                self._kvp_findings.append(finding)
+            self._kvp_findings += _landed(self, flight)
 
         def process_batch_result(self, batch: Any, result: Any, *args: Any, **kwargs: Any) -> Any:
             if self._kvp_adapter.lands(batch):
@@ -302,6 +327,11 @@ def _shell_class(mod: Any, adapter: ShellAdapter) -> Any:
             assert rec["iteration"] == self._kvp_iteration, "a pass of the loop formed no batch record"
             rec["finished"] = sorted(self._kvp_finished_now)
             rec["ms"] = round((time.perf_counter() - self._kvp_t0) * 1000, 3)
+            decision = Decision.from_plain(rec)
+            self._kvp_records[-1] = decision
+            accounting = (("new_token_ratio", self._kvp_adapter.new_token_ratio(self)),) + self._kvp_adder
+            self._kvp_memory.append(self._kvp_recorder.snapshot(
+                decision, self._kvp_iter_out, self._kvp_iter_launch, _request_states(self), accounting))
             self._kvp_finished_now.clear()
             self._kvp_iteration += 1
             self._kvp_pass_open = False
@@ -345,16 +375,85 @@ def _build(ctx: Context, adapter: ShellAdapter, config: dict[str, Any], arrivals
     world = adapter.build_world(entry, knobs)
     cls = _shell_class(mod, adapter)
     shell = cls.__new__(cls)
+    width = table_width([(len(a["tokens"]), int(a["max_new_tokens"])) for group in arrivals for a in group],
+                        knobs.page_size, knobs.max_context_len)
     # The shell's own bookkeeping.
     shell.__dict__.update(
-        _kvp_adapter=adapter, _kvp_arrivals=arrivals, _kvp_iteration=0, _kvp_records=[], _kvp_arrival={},
-        _kvp_done={}, _kvp_finished_now=[], _kvp_t0=time.perf_counter(), _kvp_world=world, _kvp_running=None,
-        _kvp_pass_open=False, _kvp_flights=deque(), _kvp_findings=[], _kvp_fault=fault, _kvp_loop=knobs.loop,
-        _kvp_knobs=knobs,
+        _kvp_adapter=adapter, _kvp_entry=entry, _kvp_arrivals=arrivals, _kvp_iteration=0, _kvp_records=[],
+        _kvp_arrival={}, _kvp_reqs={}, _kvp_done={}, _kvp_finished_now=[], _kvp_t0=time.perf_counter(),
+        _kvp_world=world, _kvp_running=None, _kvp_launch=None, _kvp_out_cache_loc=None, _kvp_iter_launch=None,
+        _kvp_iter_out=None, _kvp_adder=(), _kvp_memory=[], _kvp_pass_open=False, _kvp_flights=deque(),
+        _kvp_findings=[], _kvp_fault=fault, _kvp_loop=knobs.loop, _kvp_knobs=knobs,
+        _kvp_recorder=IterationRecorder(world, radix=world.cache_kind == "radix", kv_slots=knobs.kv_slots,
+                                        page_size=knobs.page_size, width=width),
     )
     shell._kvp_forward = Forward(shell)
     adapter.set_up(shell, mod, world, knobs)
+    _record_admission_budget(mod, shell)
     return shell
+
+
+def _record_admission_budget(mod: Any, shell: Any) -> None:
+    """What each iteration's PrefillAdder was given (the accounting a snapshot shows): the
+    scheduler module's ``PrefillAdder`` becomes a subclass that notes, once built, the budgets it
+    starts from (those of ``ADMISSION_BUDGET`` this release has). Nothing it decides changes."""
+    base = mod.PrefillAdder
+    base = getattr(base, "_kvp_base", base)
+
+    class RecordingAdder(base):  # type: ignore[misc, valid-type]
+        _kvp_base = base
+
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            super().__init__(*args, **kwargs)
+            shell._kvp_adder = admission_budget(self)
+
+    mod.PrefillAdder = RecordingAdder
+
+
+def _request_states(shell: Any) -> dict[str, RequestState]:
+    """Every request that has arrived, as the scheduler holds it at the end of a pass: finished
+    (SGLang's own ``finished()``); running or chunked while the scheduler holds it (the running
+    batch, the last batch, the chunked request, a batch in flight) and it is not back in the
+    waiting queue (retracted); else waiting."""
+    held = [*shell.running_batch.reqs, *(shell.last_batch.reqs if shell.last_batch is not None else ()),
+            *([shell.chunked_req] if shell.chunked_req is not None else ()),
+            *(r for flight in shell._kvp_flights for r in flight.reqs)]
+    held_ids = {id(r) for r in held} - {id(r) for r in shell.waiting_queue}
+    protected_field = shell._kvp_entry.protected_len_field
+    states = {}
+    for rid, req in shell._kvp_reqs.items():
+        if req.finished():
+            status = "finished"
+        elif id(req) in held_ids:
+            status = "chunked" if req is shell.chunked_req else "running"
+        else:
+            status = "waiting"
+        live = status in LIVE
+        states[rid] = RequestState(status, shell._kvp_adapter.req_row(req) if live else None,
+                                   int(_dotted(req, protected_field)) if live else 0, len(req.output_ids))
+    return states
+
+
+def _landed(shell: Any, flight: _InFlight) -> list[InflightFinding]:
+    """Batch N's findings when it lands (or when the loop stopped with it in flight), classified by
+    SGLang's own criterion for dropping N's token of the request (``process_batch_result``), and by
+    the canary: a read through each changed cell, with the KV as of N's place in the stream."""
+    by_rid = {r.rid: r for r in flight.reqs}
+    cells = [(f, col, new) for f in flight.findings if f["kind"] == "cell" for col, new in zip(f["columns"], f["new"])]
+    harmful = shell._kvp_recorder.land(flight.launch, [(f["rid"], col, new) for f, col, new in cells]) \
+        if flight.launch is not None else [False] * len(cells)
+    wrong = {id(f) for (f, _, _), bad in zip(cells, harmful) if bad}
+    wrong_rows = {f["row"] for f in flight.findings if id(f) in wrong}
+    out = []
+    for f in flight.findings:
+        bad = id(f) in wrong if f["kind"] == "cell" else f["row"] in wrong_rows
+        out.append(InflightFinding(
+            kind=f["kind"], cls=shell._kvp_adapter.req_class(by_rid[f["rid"]]), harm=WRONG_KV if bad else TABLE_ONLY,
+            batch_iteration=f["batch_iteration"], rid=f["rid"], row=f["row"],
+            detected_iteration=f["detected"]["iteration"], detected_step=f["detected"]["step"],
+            columns=tuple(f.get("columns", ())), old=tuple(f.get("old", ())), new=tuple(f.get("new", ())),
+            taken_by=f.get("taken_by")))
+    return out
 
 
 @remote
@@ -365,14 +464,10 @@ def run_traffic(ctx: Context, config: dict[str, Any], arrivals: list[list[dict[s
     ``max_prefill_tokens``, ``chunked_prefill_size`` (None or -1: off), ``max_running_requests``,
     ``radix_cache``, ``schedule_conservativeness``: how much of each request's remaining output
     admission reserves, SGLang's ``--schedule-conservativeness``; ``fault``: tests of the oracle
-    only, see ``FAULTS``). Returns ``iterations`` (per pass of the loop: the batch formed, the waiting
-    queue after scheduling, the requests finished, the requests retracted), ``outputs`` (each finished
-    request's output ids), ``inflight_violations`` (the in-flight oracle's findings: ``kind`` "cell"
-    with ``row``, ``columns``, ``old``, ``new``, or "row" with ``row`` and ``taken_by``; each with
-    ``batch_iteration``, the request ``rid`` of that batch, ``detected`` (iteration and step) and
-    ``class``: "live", "finished" or "retracted"), ``loop``, ``build_s``, ``loop_s``, ``release``,
-    ``adapter`` and ``scheduler_generation`` (``shell_adapters``: what drove it) and ``tree`` (the
-    cache: "radix", "chunk", or "unified/<core>")."""
+    only, see ``FAULTS``). Returns a ``TrafficRun`` as plain data: per iteration the decision and
+    the memory snapshot, the outputs, the in-flight findings (classified by SGLang's criterion and
+    by the canary), the error SGLang stopped on, the costs, and who played (``player``: release,
+    adapter, scheduler generation, tree)."""
     entry = ctx.require_sglang()
     adapter = adapter_for(entry)
     t0 = time.perf_counter()
@@ -398,37 +493,28 @@ def run_traffic(ctx: Context, config: dict[str, Any], arrivals: list[list[dict[s
     if error is None and shell._kvp_loop_ran != shell._kvp_loop:
         raise RuntimeError(f"run_traffic: SGLang entered the {shell._kvp_loop_ran} loop, not the {shell._kvp_loop} one")
     assert error is not None or not shell._kvp_flights, "the loop ended with a batch still in flight"
-    return {
-        "error": error,
-        "loop": shell._kvp_loop,
-        "iterations": shell._kvp_records,
-        "outputs": shell._kvp_done,
-        "inflight_violations": shell._kvp_findings,
-        "build_s": round(build_s, 3),
-        "loop_s": round(time.perf_counter() - t1, 3),
-        "release": ctx.info.get("version") or entry.version,
-        "adapter": shell._kvp_adapter.name,
-        "scheduler_generation": shell._kvp_adapter.generation,
-        "tree": _tree_label(shell._kvp_world),
-    }
+    decisions = tuple(d for d in shell._kvp_records if isinstance(d, Decision))  # a pass cut short by an error: none
+    return TrafficRun(
+        loop=shell._kvp_loop, decisions=decisions, memory=tuple(shell._kvp_memory),
+        outputs={rid: tuple(out) for rid, out in shell._kvp_done.items()}, inflight=tuple(shell._kvp_findings),
+        error=error, build_s=round(build_s, 3), loop_s=round(time.perf_counter() - t1, 3),
+        record_s=round(shell._kvp_recorder.seconds, 3), cells_past_width=shell._kvp_recorder.written_past_width(),
+        player={"release": ctx.info.get("version") or entry.version, "adapter": shell._kvp_adapter.name,
+                "scheduler_generation": shell._kvp_adapter.generation, "tree": _tree_label(shell._kvp_world)},
+    ).to_plain()
 
 
-def _stopped(shell: Any, exc: Exception) -> dict[str, Any]:
+def _stopped(shell: Any, exc: Exception) -> StopError:
     """SGLang raised inside its loop: the iteration and where (the innermost frame in sglang), and
     the findings of the batches still in flight, classified as they would have been on landing."""
-    for flight in shell._kvp_flights:
-        by_rid = {r.rid: r for r in flight.reqs}
-        for finding in flight.findings:
-            finding["class"] = shell._kvp_adapter.req_class(by_rid[finding["rid"]])
-            shell._kvp_findings.append(finding)
-    shell._kvp_flights.clear()
+    while shell._kvp_flights:
+        shell._kvp_findings += _landed(shell, shell._kvp_flights.popleft())
     frames = [f for f in traceback.extract_tb(exc.__traceback__) if f"{os.sep}sglang{os.sep}" in f.filename]
     where = None
     if frames:
         name = frames[-1].filename
         where = f"{name[name.rindex(os.sep + 'sglang' + os.sep) + 1:]}:{frames[-1].lineno} in {frames[-1].name}"
-    return {"iteration": shell._kvp_iteration, "message": f"{type(exc).__name__}: {exc}".strip()[:500],
-            "where": where}
+    return StopError(shell._kvp_iteration, f"{type(exc).__name__}: {exc}".strip()[:500], where)
 
 
 def _tree_label(world: Any) -> str:

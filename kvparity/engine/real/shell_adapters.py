@@ -126,6 +126,10 @@ class ShellAdapter(Protocol):
         overlap loop also processes a dummy first batch)."""
         ...
 
+    def new_token_ratio(self, shell: Any) -> float:
+        """How much of the running requests' remaining outputs admission reserves now."""
+        ...
+
 
 # --------------------------------------------------------------------------- shared pieces
 
@@ -490,6 +494,9 @@ class Shell053:
     def lands(self, batch: Any) -> bool:
         return not batch.forward_mode.is_dummy_first()
 
+    def new_token_ratio(self, shell: Any) -> float:
+        return float(shell.new_token_ratio)
+
 
 class Shell053Post1(Shell053):
     """0.5.3.post1: the overlap lives in the scheduler (SGLang's own ``init_overlap``: FutureMap,
@@ -694,10 +701,13 @@ class Shell0513(Shell0511):
     processor) except the request receiver and the output streamer, the shell's; process groups
     and IPC channels are ``Unused``; ``ps`` is a one-process ``ParallelState``; the FutureMap is
     always on (it relays the input ids in both loops); requests carry ``array("q")`` input ids;
-    ``uvicorn`` is on the import chain."""
+    ``uvicorn`` is on the import chain; the new-token ratio lives in a ``NewTokenRatioTracker``."""
 
     name = "0.5.13"
     generation = "components"
+
+    def new_token_ratio(self, shell: Any) -> float:
+        return float(shell.new_token_ratio_tracker.current)
 
     def standins(self) -> dict[str, StandIn]:
         return dict(super().standins(), uvicorn=StandIn(
