@@ -28,8 +28,10 @@ class Req(ReqState):
         return self.fill_ids[:max_prefix_len]
 
     def ranking_key(self) -> list[int]:
-        """What ``SchedulePolicy`` matches a waiting request with: 0.5.3's match key, capped."""
-        return self.adjust_max_prefix_ids()
+        """What ``SchedulePolicy`` matches a waiting request with: 0.5.3's match key, capped. (Named
+        by its class: another version's request ranked with this key, pull request #11200 undone in
+        a replay, has no method of that name.)"""
+        return Req.adjust_max_prefix_ids(self)
 
     def init_next_round_input(self, tree_cache: Any = None) -> None:
         self.fill_ids = self.origin_input_ids + self.output_ids

@@ -21,13 +21,35 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from hypothesis import HealthCheck, given, seed, settings  # noqa: E402
+
 from kvparity.engine.real.install import resolve  # noqa: E402
 from kvparity.engine.real.worker import RealWorker  # noqa: E402
 from kvparity.engine.traffic_run import TrafficRun  # noqa: E402
 from kvparity.mem_cache.schedule_policy import POLICIES  # noqa: E402
-from kvparity.run.traffic_sweep import drawn  # noqa: E402
+from kvparity.model.traffic import TrafficScenario  # noqa: E402
+from kvparity.model.traffic_strategies import traffic_scenarios  # noqa: E402
 
 RELEASES = ("0.5.3", "0.5.3.post1")
+
+
+def drawn(count: int, policy: str, loop: str, seed_value: int | None = None) -> list[TrafficScenario]:
+    """``count`` traffic scenarios under ``policy`` and ``loop`` (derandomized unless ``seed_value``).
+    (The body, the ``keep`` function's source included, is what this script drew with before the
+    scheduler-driven check moved into ``kvparity.run.scheduler_drive``: Hypothesis derives a
+    derandomized run's draws from that source, so the figures it prints stay comparable.)"""
+    found: list[TrafficScenario] = []
+
+    @settings(max_examples=count, derandomize=seed_value is None, database=None, deadline=None,
+              suppress_health_check=list(HealthCheck))
+    @given(traffic_scenarios(policies=(policy,)))
+    def keep(scenario: TrafficScenario) -> None:
+        found.append(dataclasses.replace(scenario, config=dataclasses.replace(scenario.config, loop=loop)))
+
+    if seed_value is not None:
+        keep = seed(seed_value)(keep)
+    keep()
+    return found
 
 
 def batches(result: TrafficRun) -> list[tuple[str, tuple[str, ...]]]:

@@ -35,9 +35,10 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 # Lines (their start) that show a divergence, and the shrunk one; the verdict line shows both on a
-# kvparity that prints nothing before its verdict.
-FIRST_SHOWN = ("first divergence", "verdict:")
-SHRUNK_SHOWN = ("shrunk counterexample", "smallest counterexample found", "verdict:")
+# kvparity that prints nothing before its verdict ("verdict (harness-driven): ..." now, "verdict: ..."
+# on an older kvparity).
+FIRST_SHOWN = ("first divergence", "verdict:", "verdict (")
+SHRUNK_SHOWN = ("shrunk counterexample", "smallest counterexample found", "verdict:", "verdict (")
 
 _HOOK = '''
 import importlib.util, os, sys, time
@@ -119,9 +120,13 @@ def play(name: str, what: str, args: list[str], kvparity_root: Path, hook_dir: P
         if verdict.exists():
             data = json.loads(verdict.read_text())
             run.scenarios = data.get("scenarios")
-            shown = data.get("counterexample") or {}
-            run.shrunk_size = _size(shown.get("scenario"))
-            run.unshrunk_size = _size((data.get("first_divergence") or {}).get("scenario"))
+            if "first_difference" in data:  # the one verdict schema (kvparity.run.verdict.to_json)
+                first = data["first_difference"] or {}
+                run.shrunk_size = _size((first.get("shrunk") or first).get("scenario"))
+                run.unshrunk_size = _size(first.get("scenario"))
+            else:  # an older kvparity's (--kvparity/--before ROOT)
+                run.shrunk_size = _size((data.get("counterexample") or {}).get("scenario"))
+                run.unshrunk_size = _size((data.get("first_divergence") or {}).get("scenario"))
     if run.exit_code == 0:  # parity: nothing was shown but the verdict
         run.first_shown_s = run.shrunk_shown_s = None
     return run

@@ -16,13 +16,14 @@ CHECKS = ("kvparity's model, refactored vs legacy", "real SGLang, 0.5.3.post1 vs
 
 def lines(title: str, path: str, status: int) -> list[str]:
     try:
-        verdict = json.loads(Path(path).read_text())
+        doc = json.loads(Path(path).read_text())
     except (OSError, ValueError):
         return [f"main job: {title}: ERROR (exit {status}, no verdict written)"]
-    scheduler = verdict.get("scheduler") or {}
+    by_drive = {v["drive"]: v for v in doc.get("verdicts", [doc])}
+    harness, scheduler = by_drive.get("harness", {}), by_drive.get("scheduler", {})
     return [f"main job: {title}:",
-            f"  memory path (harness-driven, identical decisions):  {verdict['verdict'].upper()}",
-            f"  admission (scheduler-driven, per schedule policy):  {scheduler.get('summary', 'not run')}"]
+            f"  memory path (harness-driven, identical decisions):       {harness.get('verdict', 'not run').upper()}",
+            f"  admission and memory (scheduler-driven, per policy):     {scheduler.get('summary', 'not run')}"]
 
 
 def main(argv: list[str]) -> int:

@@ -30,7 +30,7 @@ from kvparity.model import profiles  # noqa: E402
 from kvparity.model.classes import ORDER_CLASSES  # noqa: E402
 from kvparity.model.scenario import Scenario  # noqa: E402
 from kvparity.model.strategies import WARMUP_PREFIX  # noqa: E402
-from kvparity.run import runner, sweep  # noqa: E402
+from kvparity.run import harness_drive, runner  # noqa: E402
 
 REFERENCE = (("legacy", "torch"),)
 
@@ -118,15 +118,15 @@ def main(argv: list[str] | None = None) -> int:
                 counts.update(f"class: {name}" for name in result.classes & set(ORDER_CLASSES))
         return result
 
-    sweep.run_scenario = measured  # type: ignore[assignment]
+    harness_drive.run_scenario = measured  # type: ignore[assignment]  # what the harness drive plays with
     if args.sglang:
         from kvparity.engine.real.lane import RealLane
 
         with RealLane([args.against, args.sglang], ("torch",)) as lane:
-            sweep.check_repository(REFERENCE, args.examples or 440, args.seed, lane=lane, real_reference=True,
-                                   finding_budget_s=0)
+            harness_drive.check_harness(REFERENCE, args.examples or 440, args.seed, lane=lane, real_reference=True,
+                                        finding_budget_s=0)
     else:
-        sweep.check_repository(REFERENCE, args.examples or 880, args.seed, finding_budget_s=0)
+        harness_drive.check_harness(REFERENCE, args.examples or 880, args.seed, finding_budget_s=0)
     report("every scenario (the default check's draws, ci profile)", every)
     # The other templates draw what they drew before the warm start was added: this is "before".
     report("without the warm-start template (the scenarios of the check before it)", cold)

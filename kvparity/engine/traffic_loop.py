@@ -54,7 +54,7 @@ from kvparity.mem_cache.schedule_batch import RETRACT_DECODE_STEPS
 from kvparity.mem_cache.schedule_policy import calc_priority
 from kvparity.model.canary import token_from
 from kvparity.model.traffic import MAX_CONTEXT_LEN, Arrival, TrafficScenario, traffic_geometry
-from kvparity.model.traffic_records import Decision
+from kvparity.model.traffic_records import Decision, StopError
 
 # The real shell's model: the vocabulary the forward draws from (the shell's model config stand-in,
 # ``kvparity.engine.real.adapter.VOCAB_SIZE``); the width of a request row (``MAX_CONTEXT_LEN``)
@@ -68,6 +68,10 @@ MIN_NEW_TOKEN_RATIO_FACTOR = 0.14
 NEW_TOKEN_RATIO_DECAY_STEPS = 600.0
 
 EXTEND, DECODE = "EXTEND", "DECODE"  # SGLang's ForwardMode names, as the shell records them
+
+
+class RequestRefused(ValueError):
+    """A request a server refuses before queueing it (no room for its outputs): the scenario is bad."""
 
 
 @dataclass
@@ -204,7 +208,7 @@ class TrafficLoop:
             if max_new_tokens < 1:
                 # A server rejects a prompt this long before queueing it (validate_input_length,
                 # which the shell does not call): a request with no room for outputs is not modelled.
-                raise ValueError(f"request {arrival.rid!r}: {len(arrival.tokens)} prompt tokens leave no room for "
+                raise RequestRefused(f"request {arrival.rid!r}: {len(arrival.tokens)} prompt tokens leave no room for "
                                  f"outputs (max_req_len {self.max_req_len})")
             req = self.world.new_req(arrival.rid, list(arrival.tokens), max_new_tokens=max_new_tokens)
             self.reqs[arrival.rid] = req
@@ -436,8 +440,14 @@ def play_traffic(version: str, scenario: TrafficScenario, backend: str = "torch"
     loop = TrafficLoop(world, scenario, key)
     build_s = time.perf_counter() - t0
     t1 = time.perf_counter()
-    loop.run()
+    error = None
+    try:
+        loop.run()
+    except RequestRefused:
+        raise  # a scenario a server would refuse: bad input, not a result
+    except Exception as exc:  # the model stopped (its idle leak check, a broken mutant): that is a result
+        error = StopError(loop.iteration, f"{type(exc).__name__}: {exc}"[:500], "kvparity's model of the scheduler")
     return TrafficRun(loop="normal", decisions=tuple(loop.records), memory=tuple(loop.memory),
-                      outputs={rid: tuple(out) for rid, out in loop.outputs.items()},
+                      outputs={rid: tuple(out) for rid, out in loop.outputs.items()}, error=error,
                       build_s=round(build_s, 3), loop_s=round(time.perf_counter() - t1, 3),
                       record_s=round(loop.recorder.seconds, 3), cells_past_width=loop.recorder.written_past_width())

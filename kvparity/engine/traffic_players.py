@@ -18,12 +18,11 @@ import tempfile
 from pathlib import Path
 from typing import Any, Protocol
 
+from kvparity.engine.real import WORKER_PLUGINS
 from kvparity.engine.real.changes import Change
 from kvparity.engine.traffic_run import TrafficRun
 from kvparity.model.traffic import TrafficScenario
 from kvparity.model.worlds import MODELLED_RELEASES, WorldId
-
-SHELL_PLUGINS = ("kvparity.engine.real.scheduler_shell",)
 
 
 class TrafficPlayer(Protocol):
@@ -59,7 +58,7 @@ class RealTrafficPlayer:
         self.name = f"{source_label(source)} (SGLang's own scheduler)"
         self.world_id = WorldId(source_label(source), "torch", source.entry.family, source.entry.version)
         self.owns_worker = worker is None
-        self.worker = RealWorker(source, plugins=SHELL_PLUGINS) if worker is None else worker
+        self.worker = RealWorker(source, plugins=WORKER_PLUGINS) if worker is None else worker
 
     def play(self, scenario: TrafficScenario) -> TrafficRun:
         config, arrivals = scenario.to_plain()

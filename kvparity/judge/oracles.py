@@ -43,7 +43,7 @@ def violations(world: str, problems: list[str]) -> list[Violation]:
 def check_stage(scenario: Scenario, before: Snapshot, after: Snapshot) -> list[str]:
     record = after.record
     problems = list(record.contract_violations)
-    problems += [f"KV canary: {read.line()}" for read in record.canary]
+    problems += kv_canary(after)
     problems += untouched_cells(before, after)
     if record.kind == "extend" and record.outcome == "ok":
         problems += rows_hold_prefix_then_new_slots(after)
@@ -56,6 +56,12 @@ def check_stage(scenario: Scenario, before: Snapshot, after: Snapshot) -> list[s
     problems += logprob_start_respected(after)
     problems += conservation(scenario.geometry, after)
     return [f"step {record.step} {record.kind}: {p}" for p in problems]
+
+
+def kv_canary(after: Snapshot) -> list[str]:
+    """Every slot the stage's forward read holds its own token's canary: the token, the position
+    and the chained hash of its request's prefix (``kvparity.engine.canary``, which read them)."""
+    return [f"KV canary: {read.line()}" for read in after.record.canary]
 
 
 def untouched_cells(before: Snapshot, after: Snapshot) -> list[str]:

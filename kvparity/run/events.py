@@ -1,55 +1,34 @@
-"""What a sweep tells its caller while it runs (``SweepEvents``), and the failures it hands over:
-the first failing scenario as found (``FirstFailure``) and each known defect's first example
-(``FindingExample``). Plain data: in a parallel run they cross from the jobs to the caller."""
+"""What a sweep tells its caller while it runs (``SweepEvents``): each scenario played, the first
+difference the moment it is found (the report comes first), shrinking's progress. In a parallel run
+the jobs' events come back to the calling process, in the order they happened."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Protocol
+import time
+from typing import Any, Protocol
 
-from kvparity.model.scenario import Scenario
-from kvparity.run.runner import RunResult
-
-
-@dataclass(frozen=True)
-class FirstFailure:
-    """A sweep's first failing scenario, as found (before shrinking), and its template."""
-
-    scenario: Scenario
-    result: RunResult
-    template: str
-
-
-@dataclass(frozen=True)
-class FindingExample:
-    """The first scenario that reached a known defect, and what was seen there; shrunk when its
-    job had the time (``original`` is then the scenario as drawn)."""
-
-    scenario: Scenario
-    what: str
-    detail: str
-    world: str  # where it was seen
-    original: Scenario | None = None
+from kvparity.run.verdict import Example
 
 
 class SweepEvents(Protocol):
-    """What a sweep tells its caller while it runs (the command line prints it). In a parallel
-    run the jobs' events come back to the calling process, in the order they happened."""
-
     def played(self) -> None:
         """One planned scenario played."""
 
-    def found(self, first: FirstFailure) -> None:
-        """The first failure, before it is shrunk."""
+    def found(self, first: Example, *, stop: bool) -> bool:
+        """A task's first difference, before it is shrunk; ``stop``: it ends the run (every other
+        task stops). Returns whether it was the run's first (a later one is not shown as found)."""
 
-    def shrinking(self, tried: int, smallest: Scenario) -> None:
+    def shrinking(self, tried: int, smallest: Any) -> None:
         """Another smaller candidate played; ``smallest`` is the smallest failing one so far."""
 
     def cancelled(self) -> bool:
-        """Whether this task should stop now (some other task failed)."""
+        """Whether this task should stop now (another task's difference ended the run)."""
 
-    def claim(self, defect: str) -> bool:
-        """Whether this process shrinks the first example of known defect ``defect`` (once per run)."""
+    def claim(self, key: str) -> bool:
+        """Whether this process shrinks the first example of ``key`` (once per run)."""
+
+    def elapsed(self) -> float:
+        """Seconds since the run started."""
 
 
 class QuietEvents:
@@ -57,20 +36,29 @@ class QuietEvents:
 
     def __init__(self) -> None:
         self.claimed: set[str] = set()
+        self.stopped = False
+        self.first_found = False
+        self.start = time.monotonic()
 
     def played(self) -> None:
         pass
 
-    def found(self, first: FirstFailure) -> None:
-        pass
+    def found(self, first: Example, *, stop: bool) -> bool:
+        was_first = not self.first_found
+        self.first_found = True
+        self.stopped = self.stopped or stop
+        return was_first
 
-    def shrinking(self, tried: int, smallest: Scenario) -> None:
+    def shrinking(self, tried: int, smallest: Any) -> None:
         pass
 
     def cancelled(self) -> bool:
-        return False
+        return False  # one process: the task that found the difference is the one that stops
 
-    def claim(self, defect: str) -> bool:
-        fresh = defect not in self.claimed
-        self.claimed.add(defect)
+    def claim(self, key: str) -> bool:
+        fresh = key not in self.claimed
+        self.claimed.add(key)
         return fresh
+
+    def elapsed(self) -> float:
+        return time.monotonic() - self.start

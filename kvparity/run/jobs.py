@@ -1,29 +1,30 @@
-"""A sweep shared out over job processes: each takes (template, shard) tasks as it comes free,
-plays them with the sweep's ``play_templates`` (handed over, so that this module needs no import of
-the sweep), and sends its events back through a queue; a failure in any job stops them all."""
+"""A sweep shared out over job processes: each builds the drive from the plan's spec, takes tasks
+as it comes free, plays them with the sweep's ``play_tasks`` (handed over, so that this module needs
+no import of the sweep), and sends its events back through a queue; a difference that ends the run
+(a drive that stops at its first) stops every job."""
 
 from __future__ import annotations
 
 import os
+import time
 from collections.abc import Callable
 from typing import Any
 
 from kvparity.engine import processes
 from kvparity.engine.real import RealSGLangError
-from kvparity.model.scenario import Scenario
-from kvparity.model.strategies import TEMPLATES
-from kvparity.run.events import FirstFailure, SweepEvents
-from kvparity.run.plan import TemplateOutcome, TemplatePlan
+from kvparity.run.drive import Drive, Task
+from kvparity.run.events import SweepEvents
+from kvparity.run.plan import SweepPlan, TaskOutcome
+from kvparity.run.verdict import Example
 
-PlayTemplates = Callable[[list[tuple[int, int]], TemplatePlan, Any, SweepEvents], list[TemplateOutcome]]
+PlayTasks = Callable[[list[Task], SweepPlan, Drive, SweepEvents], list[TaskOutcome]]
 
 
-def play_in_jobs(jobs: int, plan: TemplatePlan, lane_factory: Callable[[], Any] | None, events: SweepEvents,
-                 play_templates: PlayTemplates) -> list[TemplateOutcome]:
-    """The (template, shard) tasks, taken by ``jobs`` spawned processes as they come free
-    (templates differ in cost). The jobs' events come back through a queue and are handed to
-    ``events`` here, in order. A failure in any job stops them all: the others stop between two
-    scenarios, the tasks not started are cancelled."""
+def play_in_jobs(jobs: int, plan: SweepPlan, events: SweepEvents, play_tasks: PlayTasks) -> list[TaskOutcome]:
+    """The plan's tasks, taken by ``jobs`` processes as they come free (tasks differ in cost; the
+    longest first). The jobs' events come back through a queue and are handed to ``events`` here,
+    in order. A difference that ends the run stops them all: the others stop between two scenarios,
+    the tasks not started are cancelled."""
     import threading
     from concurrent.futures import Future, ProcessPoolExecutor, as_completed
 
@@ -36,7 +37,7 @@ def play_in_jobs(jobs: int, plan: TemplatePlan, lane_factory: Callable[[], Any] 
         visible = visible_gpus()
         for i in range(jobs):
             gpus.put(visible[i % len(visible)] if visible else "")
-        futures: dict[Future, tuple[int, int]] = {}
+        futures: dict[Future, Task] = {}
         done = threading.Event()
 
         def drain() -> None:
@@ -49,12 +50,11 @@ def play_in_jobs(jobs: int, plan: TemplatePlan, lane_factory: Callable[[], Any] 
 
         reader = threading.Thread(target=drain, daemon=True)
         reader.start()
-        outcomes: list[TemplateOutcome] = []
+        outcomes: list[TaskOutcome] = []
         with ProcessPoolExecutor(max_workers=jobs, mp_context=context, initializer=_job_init,
-                                 initargs=(env, lane_factory, messages, gpus, stop, claims, play_templates)) as pool:
-            # Longest first, so that no long task starts last while the other jobs idle.
-            by_cost = sorted(plan.tasks(), key=lambda task: -_COST_HINT.get(TEMPLATES[task[0]].name, _COST_DEFAULT))
-            futures.update({pool.submit(_job_template, task, plan): task for task in by_cost})
+                                 initargs=(env, plan, messages, gpus, stop, claims, time.time() - events.elapsed(), play_tasks)) as pool:
+            by_cost = sorted(plan.tasks, key=lambda task: -_COST_HINT.get(task.name, _COST_DEFAULT))
+            futures.update({pool.submit(_job_task, task): task for task in by_cost})
             for future in as_completed(list(futures)):
                 if not future.cancelled():
                     outcomes.append(future.result())
@@ -64,58 +64,68 @@ def play_in_jobs(jobs: int, plan: TemplatePlan, lane_factory: Callable[[], Any] 
 
 
 def _hand_on(message: tuple, events: SweepEvents, futures: dict) -> None:
-    """One job's event, handed to the caller's ``events``; a failure cancels the tasks not started."""
+    """One job's event, handed to the caller's ``events``; a difference that ends the run cancels
+    the tasks not started."""
     kind, *payload = message
     if kind == "played":
         events.played()
     elif kind == "found":
-        for future in list(futures):
-            future.cancel()  # a task already running stops at its next scenario (the stop event)
-        events.found(*payload)
+        first, stop = payload
+        if stop:
+            for future in list(futures):
+                future.cancel()  # a task already running stops at its next scenario (the stop event)
+        events.found(first, stop=stop)
     elif kind == "shrinking":
         events.shrinking(*payload)
 
 
 class _JobEvents:
-    """A job's events, sent to the calling process; ``stop`` is shared by every job of the run."""
+    """A job's events, sent to the calling process; ``stop`` and the claims are shared by every job
+    of the run (a Manager dict's ``setdefault`` is one call to its server: the first claim wins)."""
 
-    def __init__(self, messages: Any, stop: Any, claims: Any) -> None:
-        self.messages, self.stop, self.claims = messages, stop, claims
-        self.finder = False  # this job found the failure: it is not cancelled while it shrinks it
+    def __init__(self, messages: Any, stop: Any, claims: Any, started: float) -> None:
+        self.messages, self.stop, self.claims, self.started = messages, stop, claims, started
+        self.finder = False  # this job's difference ended the run: it is not cancelled while it shrinks it
+        self.reported = False  # this job handed over the run's first difference
 
     def played(self) -> None:
         self.messages.put(("played",))
 
-    def found(self, first: FirstFailure) -> None:
-        already = self.stop.is_set()
-        self.stop.set()
-        self.finder = not already
-        if self.finder:
-            self.messages.put(("found", first))
+    def found(self, first: Example, *, stop: bool) -> bool:
+        was_first = not self.reported and self.claims.setdefault("first found", os.getpid()) == os.getpid()
+        self.reported = self.reported or was_first
+        if stop:
+            self.stop.set()
+            self.finder = was_first
+        if was_first:
+            self.messages.put(("found", first, stop))
+        return was_first
 
-    def shrinking(self, tried: int, smallest: Scenario) -> None:
+    def shrinking(self, tried: int, smallest: Any) -> None:
         if self.finder:
             self.messages.put(("shrinking", tried, smallest))
 
     def cancelled(self) -> bool:
         return self.stop.is_set() and not self.finder
 
-    def claim(self, defect: str) -> bool:
-        return self.claims.setdefault(defect, os.getpid()) == os.getpid()
+    def claim(self, key: str) -> bool:
+        return self.claims.setdefault(key, os.getpid()) == os.getpid()
+
+    def elapsed(self) -> float:
+        return time.time() - self.started
 
 
-# Seconds each template's 80 default scenarios took in one process (CPU, Triton's interpreter,
+# Seconds each task's default scenarios took in one process (CPU, Triton's interpreter,
 # 2026-12-01): only the order parallel jobs take tasks in, never what they play.
 _COST_HINT = {
     "logprobs": 25.1, "shared prefixes": 22.4, "free form": 20.4, "decode pressure": 19.0, "chunked rounds": 16.3,
     "retract and re-admit": 15.9, "long lengths": 10.5, "near out of memory": 8.1, "row reuse": 8.0,
     "free-page churn": 7.0,
 }
-_COST_DEFAULT = 30.0  # a template not measured yet goes first
+_COST_DEFAULT = 30.0  # a task not measured yet goes first
 
 
-# One process of a parallel run: its real-SGLang lane (made on first use, closed at exit) and the
-# events it sends back.
+# One process of a parallel run: its drive (made on first use, closed at exit) and the events it sends back.
 _JOB: dict[str, Any] = {}
 
 
@@ -132,8 +142,8 @@ def visible_gpus() -> list[str]:
     return names or [str(i) for i in range(torch.cuda.device_count())]
 
 
-def _job_init(env: dict[str, str], lane_factory: Callable[[], Any] | None, messages: Any, gpus: Any, stop: Any,
-              claims: Any, play_templates: PlayTemplates) -> None:
+def _job_init(env: dict[str, str], plan: SweepPlan, messages: Any, gpus: Any, stop: Any, claims: Any, started: float,
+              play_tasks: PlayTasks) -> None:
     import atexit
 
     processes.adopt_env(env)
@@ -145,18 +155,21 @@ def _job_init(env: dict[str, str], lane_factory: Callable[[], Any] | None, messa
     from kvparity.model import profiles
 
     profiles.load(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
-    _JOB.update(lane_factory=lane_factory, lane=None, events=_JobEvents(messages, stop, claims),
-                play_templates=play_templates)
-    atexit.register(lambda: _JOB["lane"] is not None and _JOB["lane"].close())
+    _JOB.update(plan=plan, drive=None, events=_JobEvents(messages, stop, claims, started), play_tasks=play_tasks)
+    atexit.register(lambda: _JOB["drive"] is not None and _JOB["drive"].close())
 
 
-def _job_template(task: tuple[int, int], plan: TemplatePlan) -> TemplateOutcome:
-    if _JOB["events"].stop.is_set():  # another task failed while this one waited
-        return TemplateOutcome(*task, cancelled=True)
-    if _JOB["lane"] is None and _JOB["lane_factory"] is not None:
-        _JOB["lane"] = _JOB["lane_factory"]()
+def _job_task(task: Task) -> TaskOutcome:
+    from kvparity.run.verdict import Row
+
+    if _JOB["events"].stop.is_set():  # another task ended the run while this one waited
+        row = Row(task.name, task.key)
+        row.cancelled = True
+        return TaskOutcome(task, row)
+    if _JOB["drive"] is None:
+        _JOB["drive"] = _JOB["plan"].spec.build()
     try:
-        outcome = _JOB["play_templates"]([task], plan, _JOB["lane"], _JOB["events"])[0]
+        outcome = _JOB["play_tasks"]([task], _JOB["plan"], _JOB["drive"], _JOB["events"])[0]
     except RealSGLangError:  # a worker that cannot start: every other job stops too
         _JOB["events"].stop.set()
         raise

@@ -1,164 +1,157 @@
-"""The release matrix: real SGLang releases compared pairwise on one scenario set, exactly or up to
-renumbering (``kvparity.judge.renumber``).
+"""The release matrix, either drive: real SGLang releases compared pairwise, each pair a sweep of
+the drive (``kvparity.run.sweep``) that counts every differing scenario, with the reference release's
+worlds or scheduler as the reference. Each release plays every scenario once (its results are kept
+while a pair still needs them: ``CachingLane`` for the harness drive, ``CachingPlayer`` for the
+scheduler drive), so a release in two pairs costs one play.
 
-Each release plays every scenario once per backend (one worker process per release, the same
-scheduler loop); a pair's verdict is "exact" when every scenario's stages are equal, "renumbered"
-when every one is equal or equal up to one consistent renumbering of rows and pages, else
-"divergent", with the fields that differed, the scenario classes of the divergent scenarios and
-the first counterexample in one line. Known intended changes between releases
-(``kvparity.judge.compare.KNOWN_VERSION_DIFFERENCES``) are counted as findings.
-"""
+A pair's row is its verdict (``kvparity.run.verdict.to_json``, the one schema) with the pair's
+names, its label and the changes the release wheels show between its two releases
+(``kvparity.engine.real.changes``): "exact" (every scenario alike), "renumbered" (alike up to one
+consistent renumbering of rows and pages somewhere) or "divergent". Per release: what its own runs
+found (the scheduler drive's in-flight findings, split by harm, its canary reads, its memory
+oracles) and what playing it cost."""
 
 from __future__ import annotations
 
-from collections import Counter
+import dataclasses
+import statistics
 from collections.abc import Callable
-from concurrent.futures import Executor
-from dataclasses import dataclass, field
 from typing import Any
 
-from kvparity.engine.snapshot import Snapshot
-from kvparity.judge.compare import ALLOWED, compare, known_between
-from kvparity.judge.renumber import DIVERGENT, EXACT, RENUMBERED, RenumberVerdict, renumbering_verdict
-from kvparity.model.scenario import Scenario
-from kvparity.model.worlds import WorldId
-from kvparity.run.runner import Lockstep, off_path_step
+from kvparity.engine.real.changes import changes_between
+from kvparity.judge.compare import RENUMBERED_BETWEEN_RELEASES
+from kvparity.run.events import QuietEvents
+from kvparity.run.plan import FINDING_BUDGET_S, SweepPlan
+from kvparity.run.sweep import sweep
+from kvparity.run.verdict import Verdict, to_json
 
-ORDER = {EXACT: 0, RENUMBERED: 1, DIVERGENT: 2}
-
-
-@dataclass
-class PairResult:
-    reference: str  # world name, e.g. sglang-0.5.3/torch
-    other: str
-    reference_release: str = ""  # e.g. "0.5.3"
-    other_release: str = ""
-    backend: str = ""  # "torch" or "triton"
-    verdict: str = EXACT
-    scenarios: int = 0
-    renumbered: int = 0
-    divergent: int = 0
-    fields: Counter = field(default_factory=Counter)  # what failed first, per divergent scenario
-    classes: Counter = field(default_factory=Counter)  # scenario classes of the divergent scenarios
-    findings: Counter = field(default_factory=Counter)  # known intended changes met
-    counterexample: str | None = None  # the first divergent scenario, in one line, and why
-    scenario: Scenario | None = None
-
-    def add(self, verdict: str, detail: str | None, scenario: Scenario, classes: set[str],
-            field: str | None = None) -> None:
-        """One scenario's verdict; for a divergence, ``detail`` says what differed first and
-        ``field`` (counted in ``fields``) the kind of it."""
-        self.scenarios += 1
-        if ORDER[verdict] > ORDER[self.verdict]:
-            self.verdict = verdict
-        if verdict == RENUMBERED:
-            self.renumbered += 1
-        if verdict == DIVERGENT:
-            self.divergent += 1
-            self.fields[field or "?"] += 1
-            self.classes.update(classes)
-            if self.counterexample is None:
-                self.counterexample = f"{detail} [{_summary(scenario)}]"
-                self.scenario = scenario
+EXACT, RENUMBERED, DIVERGENT = "exact", "renumbered", "divergent"
 
 
-def _summary(scenario: Scenario) -> str:
-    g = scenario.geometry
-    chunk = f" chunk {scenario.chunk_size}" if scenario.chunk_size else ""
-    return f"{scenario.cache_kind}, page {g.page_size}{chunk}, {len(scenario.requests)} requests, {len(scenario.steps)} steps"
+class CachingLane:
+    """Real worlds of several releases, each a ``RealLane`` of its own, played once per scenario:
+    the matrix plays a release in two pairs, and shrinking replays candidates."""
+
+    def __init__(self, lanes: list[Any]) -> None:
+        self.lanes = lanes
+        self.ids = tuple(w for lane in lanes for w in lane.ids)
+        self.names = tuple(n for lane in lanes for n in lane.names)
+        self.kernels: dict[str, dict[str, str]] = {}
+
+    def play(self, scenario: Any, stop_before: int | None = None, *, only: frozenset[str] | None = None) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        for lane in self.lanes:
+            cache = lane.__dict__.setdefault("_kvp_played", {})
+            if (scenario, stop_before) not in cache:
+                cache[(scenario, stop_before)] = lane.play(scenario, stop_before)
+            out.update(cache[(scenario, stop_before)])
+            self.kernels.update(lane.kernels)
+        return out if only is None else {name: got for name, got in out.items() if name in only}
+
+    def close(self) -> None:
+        pass  # the matrix closes each release's lane after its last pair
 
 
-def pair_verdict(
-    ref: list[Snapshot], got: list[Snapshot], ref_id: WorldId, world: WorldId, page_size: int
-) -> tuple[RenumberVerdict, set[str]]:
-    """(the verdict, the known intended changes met) of one scenario for one pair."""
-    diffs = [d for a, b in zip(ref, got) for d in compare(ref_id, a, world, b)] if len(ref) == len(got) else [None]
-    known = {d.known_defect for d in diffs if d is not None and d.known_defect}
-    # Exact up to what ALLOWED excuses (legacy's alias): the differences of the refactor itself.
-    exact = all(d is not None and d.known_defect in ALLOWED for d in diffs)
-    verdict = renumbering_verdict(ref, got, page_size, exact=exact, known=known_between(ref_id, world))
-    identity = all(a == b for a, b in verdict.rows.items()) and all(a == b for a, b in verdict.pages.items())
-    if verdict.verdict == RENUMBERED and identity and all(d is not None and d.known_defect for d in diffs):
-        # Nothing was renumbered: every difference is a named one (counted below), none a number.
-        verdict = RenumberVerdict(EXACT, findings=verdict.findings)
-    return verdict, known | verdict.findings
+def label(verdict: Verdict) -> str:
+    if verdict.verdict != "parity":
+        return DIVERGENT
+    return RENUMBERED if verdict.findings[RENUMBERED_BETWEEN_RELEASES] else EXACT
 
 
-def play_pilot(scenario: Scenario) -> tuple[int | None, set[str]]:
-    """Where ``scenario`` leaves SGLang's path, and its classes, from kvparity's legacy model."""
-    from kvparity.model.classes import classify
+class Releases:
+    """Each release's worlds (harness) or scheduler (scheduler drive), started on first use and
+    closed after the last pair that needs them."""
 
-    lockstep = Lockstep(scenario, (("legacy", "torch"),), oracles=False)
-    for index, step in enumerate(scenario.steps):
-        if lockstep.halted:
-            break
-        lockstep.play(index, step)
-    return off_path_step(lockstep.result.records), classify(scenario, lockstep.result.records)
+    def __init__(self, drive: str, sources: dict[str, Any], backends: tuple[str, ...]) -> None:
+        self.drive, self.sources, self.backends = drive, sources, backends
+        self.open: dict[str, Any] = {}
 
+    def get(self, release: str) -> Any:
+        if release not in self.open:
+            if self.drive == "harness":
+                from kvparity.engine.real.lane import RealLane
 
-def run_matrix(
-    scenarios: list[Scenario],
-    lanes: dict[str, Any],
-    pairs: list[tuple[str, str]],
-    *,
-    tick: Callable[[], None] = lambda: None,
-    pool: Executor | None = None,
-) -> list[PairResult]:
-    """``lanes``: release -> a ``RealLane`` of that release alone (started here, when its turn
-    comes, and closed when it has played); ``pairs``: (reference release, release). Every release
-    plays every scenario once, release by release (one worker per release, ``pool``'s threads
-    playing that many releases at once); a pair is judged as soon as both its releases have played,
-    while the next ones play, and a release's snapshots are dropped once no pair left needs them.
-    ``tick`` is called once per scenario a release played."""
-    pilots = [play_pilot(scenario) for scenario in scenarios]
-    ids = {(a, b, backend): (lanes[a].ids[i], lanes[b].ids[i])
-           for a, b in pairs for i, backend in enumerate(lanes[a].backends)}
-    results = {key: PairResult(str(ref_id), str(world), key[0], key[1], key[2]) for key, (ref_id, world) in ids.items()}
-    order = [release for release in lanes if any(release in pair for pair in pairs)]
+                self.open[release] = RealLane([self.sources[release]], self.backends, tree_core_variants=False)
+            else:
+                from kvparity.engine.traffic_players import CachingPlayer, RealTrafficPlayer
 
-    def play_release(release: str) -> list[dict[str, Any]]:
-        lane = lanes[release]
-        try:
-            lane.start()
-            played = []
-            for scenario, (stop, _) in zip(scenarios, pilots):
-                played.append(lane.play(scenario, stop))
-                tick()
-            return played
-        finally:
-            lane.close()
+                self.open[release] = CachingPlayer(RealTrafficPlayer(self.sources[release]))
+        return self.open[release]
 
-    played: dict[str, list[dict[str, Any]]] = {}
-    waiting = list(pairs)
-    if pool is None:
-        done = ((release, play_release(release)) for release in order)
-    else:
-        futures = {release: pool.submit(play_release, release) for release in order}
-        done = ((release, futures[release].result()) for release in order)
-    for release, snapshots in done:
-        played[release] = snapshots
-        for pair in [p for p in waiting if p[0] in played and p[1] in played]:
-            waiting.remove(pair)
-            _judge_pair(pair, scenarios, pilots, played, ids, results)
-        for gone in [r for r in played if not any(r in p for p in waiting)]:
-            del played[gone]
-    return list(results.values())
+    def close(self, release: str | None = None) -> None:
+        for name in [release] if release is not None else list(self.open):
+            if name in self.open:
+                self.open.pop(name).close()
 
 
-def _judge_pair(pair: tuple[str, str], scenarios: list[Scenario], pilots: list[tuple[int | None, set[str]]],
-                played: dict[str, list[dict[str, Any]]], ids: dict, results: dict) -> None:
-    """Every scenario's verdict for ``pair``, on each backend, in scenario order."""
-    for key, result in results.items():
-        if key[:2] != pair:
-            continue
-        ref_id, world = ids[key]
-        for index, scenario in enumerate(scenarios):
-            classes = pilots[index][1]
-            ref, got = played[pair[0]][index][result.reference], played[pair[1]][index][result.other]
-            if not isinstance(ref, list) or not isinstance(got, list):
-                failed = ref if not isinstance(ref, list) else got
-                result.add(DIVERGENT, f"real SGLang failed: {failed.line()}", scenario, classes, "real SGLang failed")
-                continue
-            verdict, known = pair_verdict(ref, got, ref_id, world, scenario.geometry.page_size)
-            result.findings.update(known)
-            result.add(verdict.verdict, verdict.detail, scenario, classes, verdict.what)
+def pair_drive(drive: str, releases: Releases, ref: str, other: str) -> Any:
+    """The drive that judges ``other`` against ``ref``, on their kept results."""
+    if drive == "harness":
+        from kvparity.run.harness_drive import HarnessDrive, HarnessSpec
+
+        spec = HarnessSpec((("legacy", "torch"),), (releases.sources[ref], releases.sources[other]), releases.backends,
+                           real_reference=True, counts_all=True)
+        return HarnessDrive(spec, lane=CachingLane([releases.get(ref), releases.get(other)]))
+    from kvparity.run.scheduler_drive import PlayerSpec, SchedulerDrive, SchedulerSpec
+
+    pair = SchedulerSpec(PlayerSpec("real", ref), PlayerSpec("real", other))
+    return SchedulerDrive(pair, players=(releases.get(ref), releases.get(other)))
+
+
+def run_matrix(drive: str, sources: dict[str, Any], pairs: list[tuple[str, str]], *, examples: int,
+               seed: int | None = None, backends: tuple[str, ...] = ("torch", "triton"),
+               shrink_budget_s: float | None = None, say: Callable[[str], None] = print) -> dict[str, Any]:
+    """``sources``: release -> ``SGLangSource``; ``pairs``: (reference, release), played in order.
+    ``examples``: the drive's own count (harness: scenarios in all; scheduler: per policy and loop).
+    Returns the rows of the pairs and the releases' own findings and costs (plain data)."""
+    releases = Releases(drive, sources, backends)
+    last_use = {release: i for i, pair in enumerate(pairs) for release in pair}
+    rows: list[dict[str, Any]] = []
+    found: dict[str, dict[str, Any]] = {}
+    try:
+        for i, (ref, other) in enumerate(pairs):
+            judge = pair_drive(drive, releases, ref, other)
+            plan = SweepPlan(None, tuple(judge.tasks(examples, seed)), shrink_budget_s, FINDING_BUDGET_S)
+            verdict = sweep(judge, plan, events=QuietEvents())
+            rows.append(pair_row(ref, other, verdict, judge))
+            say(f"{ref} -> {other}: {rows[-1]['label']}: {verdict.summary_line} ({verdict.scenarios} scenarios, "
+                f"{verdict.seconds:.0f} s)")
+            for release, name in ((ref, judge.reference), (other, judge.checked[0])):
+                found.setdefault(release, release_row(release, name, verdict, releases.open.get(release)))
+            for release in (ref, other):
+                if last_use[release] == i:
+                    releases.close(release)
+    finally:
+        releases.close()
+    order = list(dict.fromkeys(r for pair in pairs for r in pair))
+    return {"pairs": rows, "releases": [found[r] for r in order if r in found]}
+
+
+def pair_row(ref: str, other: str, verdict: Verdict, drive: Any) -> dict[str, Any]:
+    return dict(to_json(verdict, drive), reference_release=ref, other_release=other, label=label(verdict),
+                release_changes=[dataclasses.asdict(c) for c in changes_between(ref, other)])
+
+
+def release_row(release: str, name: str, verdict: Verdict, played: Any) -> dict[str, Any]:
+    """What ``release``'s own runs found in the pair ``verdict`` judged it in (findings labelled
+    with its player's name), and its costs (the scheduler drive's: plays, ms per iteration)."""
+    prefix = f"{name}: "
+    own = {label.removeprefix(prefix): n for label, n in sorted(verdict.findings.items()) if label.startswith(prefix)}
+    firsts = {}
+    for label_ in own:
+        example = verdict.finding_example(prefix + label_)
+        if example is not None:
+            firsts[label_] = {"line": example.line(prefix + label_), "python": example.shown.scenario.to_python()}
+    return {"release": release, "scenarios": verdict.scenarios, "findings": own, "findings_first": firsts,
+            "costs": costs(played)}
+
+
+def costs(played: Any) -> dict[str, Any]:
+    results = list(getattr(played, "results", {}).values())
+    if not results:
+        return {}
+    iterations = sum(len(r.decisions) for r in results)
+    return {"plays": len(results), "iterations": iterations,
+            "build_s_median": round(statistics.median(r.build_s for r in results), 4),
+            "ms_per_iteration": round(1000 * sum(r.loop_s for r in results) / max(iterations, 1), 3),
+            "record_ms_per_iteration": round(1000 * sum(r.record_s for r in results) / max(iterations, 1), 3)}

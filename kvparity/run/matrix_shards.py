@@ -2,20 +2,20 @@
 release pairs, and ``kvparity matrix merge`` joins the shares' JSON into the one matrix an
 unsharded run writes. The scheduling is left to whoever starts the shards (a CI job matrix).
 
-A matrix document (what ``--json`` writes) is plain data:
+A matrix document (what ``--json`` writes), either drive, is plain data:
 
-- ``plan``: the whole run, equal in every shard of it: ``releases`` (every release of the matrix),
-  ``release_pairs`` ([reference, release], in the matrix's order), ``backends`` and
-  ``scenario_set`` (the profile, the scenarios per template, their count and a digest of them);
+- ``plan``: the whole run, equal in every shard of it: ``drive``, ``releases`` (every release of the
+  matrix), ``release_pairs`` ([reference, release], in the matrix's order), ``backends``,
+  ``examples`` and ``seed`` (the scenarios: the same in every pair and every shard);
 - ``shard``: ``index`` and ``count`` (1 and 1 for a whole matrix) and ``release_pairs``, its share;
-- ``pairs``: one row per release pair and backend, in the plan's order.
+- ``pairs``: one row per release pair (its verdict, ``kvparity.run.matrix.pair_row``), in the plan's order;
+- ``releases``: per release, what its own runs found and what it cost, in the plan's order.
 
 Nothing here imports the kernels or real SGLang: a merge reads JSON and nothing else.
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
 import re
 from collections import Counter
@@ -37,10 +37,11 @@ class Shard:
 
 
 WHOLE = Shard(1, 1)
-# What every row of ``pairs`` holds (``kvparity.cli.matrix`` writes them, and reads nothing else).
+# What every row of ``pairs`` holds (``kvparity.run.matrix.pair_row`` writes them; the verdict's own
+# keys, ``kvparity.run.verdict.to_json``, and the pair's).
 ROW_KEYS = frozenset({
-    "reference", "other", "reference_release", "other_release", "backend", "verdict", "scenarios", "renumbered",
-    "divergent", "fields", "classes", "known_changes", "counterexample", "release_changes", "scenario"})
+    "drive", "verdict", "summary", "reference", "checked", "scenarios", "differing", "rows", "findings",
+    "first_difference", "reference_release", "other_release", "label", "release_changes"})
 
 
 class MergeError(ValueError):
@@ -73,28 +74,27 @@ def releases_of(pairs: Sequence[Sequence[str]], releases: Sequence[str]) -> list
     return [release for release in releases if release in needed]
 
 
-def scenario_set(profile: str, per_template: int, scenarios: list[dict]) -> dict:
-    """What makes two runs' scenarios the same; ``scenarios`` as ``scenario_to_dict`` gives them."""
-    digest = hashlib.sha256(json.dumps(scenarios, sort_keys=True).encode()).hexdigest()
-    return {"profile": profile, "per_template": per_template, "scenarios": len(scenarios), "sha256": digest}
+def plan(drive: str, releases: Sequence[str], pairs: Sequence[Sequence[str]], backends: Sequence[str], examples: int,
+         seed: int | None) -> dict:
+    return {"drive": drive, "releases": list(releases), "release_pairs": [list(p) for p in pairs],
+            "backends": list(backends), "examples": examples, "seed": seed}
 
 
-def plan(releases: Sequence[str], pairs: Sequence[Sequence[str]], backends: Sequence[str], scenarios: dict) -> dict:
-    return {"releases": list(releases), "release_pairs": [list(p) for p in pairs], "backends": list(backends),
-            "scenario_set": scenarios}
+def _row_key(plan: dict, row: dict) -> int:
+    return plan["release_pairs"].index([row["reference_release"], row["other_release"]])
 
 
-def _row_key(plan: dict, row: dict) -> tuple[int, int]:
-    return (plan["release_pairs"].index([row["reference_release"], row["other_release"]]),
-            plan["backends"].index(row["backend"]))
-
-
-def document(rows: list[dict], plan: dict, shard: Shard) -> dict:
-    """The matrix document of ``rows`` (one per release pair and backend), in the plan's order."""
+def document(rows: list[dict], releases: list[dict], plan: dict, shard: Shard) -> dict:
+    """The matrix document of ``rows`` (one per release pair) and ``releases`` (one per release),
+    in the plan's order (a release in two shards: the first shard's)."""
+    seen: dict[str, dict] = {}
+    for row in releases:
+        seen.setdefault(row["release"], row)
     return {"plan": plan,
             "shard": {"index": shard.index, "count": shard.count,
                       "release_pairs": share(plan["release_pairs"], shard)},
-            "pairs": sorted(rows, key=lambda row: _row_key(plan, row))}
+            "pairs": sorted(rows, key=lambda row: _row_key(plan, row)),
+            "releases": [seen[r] for r in plan["releases"] if r in seen]}
 
 
 def load(path: str) -> dict:
@@ -111,11 +111,11 @@ def load(path: str) -> dict:
         p, s, rows = doc["plan"], doc["shard"], doc["pairs"]
         if not isinstance(s["index"], int) or not isinstance(s["count"], int) or not 1 <= s["index"] <= s["count"]:
             raise ValueError("shard")
-        if not isinstance(p["releases"], list) or not isinstance(p["scenario_set"], dict):
+        if not isinstance(p["releases"], list) or not isinstance(doc["releases"], list):
             raise TypeError("plan")
         shard = Shard(s["index"], s["count"])
-        wanted = [(a, b, backend) for a, b in share(p["release_pairs"], shard) for backend in p["backends"]]
-        held = [(r["reference_release"], r["other_release"], r["backend"]) for r in rows]
+        wanted = [(a, b) for a, b in share(p["release_pairs"], shard)]
+        held = [(r["reference_release"], r["other_release"]) for r in rows]
         holds_its_share = Counter(held) == Counter(wanted) and s["release_pairs"] == share(p["release_pairs"], shard)
     except (KeyError, TypeError, ValueError) as exc:
         raise MergeError(f"{path}: not the JSON of a kvparity matrix shard (no usable {exc})") from None
@@ -152,5 +152,6 @@ def merge(documents: Sequence[tuple[str, dict]]) -> dict:
     if missing:
         raise MergeError(f"shard {', '.join(missing)} missing (given: "
                          f"{', '.join(f'{name} {Shard(i, count)}' for i, name in sorted(given.items()))})")
-    rows: list[Any] = [row for _, doc in documents for row in doc["pairs"]]
-    return document(rows, first["plan"], WHOLE)
+    ordered = [doc for _, doc in sorted(documents, key=lambda item: item[1]["shard"]["index"])]
+    rows: list[Any] = [row for doc in ordered for row in doc["pairs"]]
+    return document(rows, [r for doc in ordered for r in doc["releases"]], first["plan"], WHOLE)

@@ -141,6 +141,15 @@ MUTANTS: tuple[Mutant, ...] = (
          _BATCH, "p[-1:].to(device) if len(p) > 0", "(p[:1] + len(p) - 1).to(device) if len(p) > 0"),
 )
 
+# Mutants of kvparity's model of SGLang's scheduler (``kvparity/engine/traffic_loop.py``), which only
+# the scheduler-driven check plays: each is killed by ``kvparity check --drive scheduler``
+# (tests/properties/test_teeth.py), by the memory oracles kvparity's own model must never break.
+SCHEDULER_MUTANTS: tuple[Mutant, ...] = (
+    _one("retract-keeps-kv", "retract_decode sends a request back to the queue without releasing its KV and row",
+         "kvparity/engine/traffic_loop.py", "            batch.release_req(idx, len(order))\n",
+         "            pass  # the request's KV and row are kept\n"),
+)
+
 BY_NAME: dict[str, Mutant] = {m.name: m for m in MUTANTS}
 
 

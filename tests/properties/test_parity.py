@@ -20,6 +20,7 @@ from kvparity.model.scenario import Decode, Extend, RequestSpec, Retract, Scenar
 from kvparity.model.strategies import TEMPLATES, scenarios
 from kvparity.model.worlds import Geometry
 from kvparity.report.failure import format_failure, format_findings
+from kvparity.run.candidates import step_candidates
 from kvparity.run.minimize import failure_kind, minimize
 from kvparity.run.runner import run_scenario
 from kvparity.teeth.results import ScenarioFailed, failure_record
@@ -44,7 +45,7 @@ def _minimal_on_final_replay(scenario: Scenario, result):
     if not current_build_context().is_final:
         return result
     kind = failure_kind(result)
-    smallest = minimize(scenario, lambda s: failure_kind(run_scenario(s)) == kind).scenario
+    smallest = minimize(scenario, lambda s: failure_kind(run_scenario(s)) == kind, candidates=step_candidates).scenario
     return run_scenario(smallest) if smallest != scenario else result
 
 

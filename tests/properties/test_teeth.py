@@ -16,7 +16,7 @@ import pytest
 from kvparity.cli.mutants import counterexample_line, judge, scenarios_until_failure
 from kvparity.model.ledger import read as read_ledger
 from kvparity.teeth.results import ENV, RunFailure, failure_of, read
-from kvparity.teeth.zoo import MUTANTS, Edit, Mutant, MutantError, apply_edits, run_properties
+from kvparity.teeth.zoo import MUTANTS, SCHEDULER_MUTANTS, Edit, Mutant, MutantError, apply_edits, run_properties
 
 REPORTED = ("kvparity: the worlds disagree", "kvparity: an oracle failed")
 
@@ -43,7 +43,7 @@ def test_zoo_has_every_bug_class() -> None:
     assert len({m.bug_class for m in MUTANTS}) == len(MUTANTS), "one bug class per mutant"
 
 
-@pytest.mark.parametrize("mutant", MUTANTS, ids=[m.name for m in MUTANTS])
+@pytest.mark.parametrize("mutant", MUTANTS + SCHEDULER_MUTANTS, ids=[m.name for m in MUTANTS + SCHEDULER_MUTANTS])
 def test_mutant_applies_cleanly(mutant: Mutant) -> None:
     """Every edit's text occurs exactly once in the current code and the edit changes the file."""
     root = Path(__file__).resolve().parents[2]
@@ -104,3 +104,19 @@ def test_the_zoo_reads_the_first_failure_as_data_not_from_the_output(tmp_path: P
     assert failure is not None and (failure.outcome, failure.error_type) == ("failed", "ScenarioFailed")
     assert failure.replay == REPLAY
     assert counterexample_line(failure) == "first difference: step 1 extend ['r0'] [radix cache, page 4, 1 reqs, steps extend]"
+
+
+@pytest.mark.parametrize("mutant", SCHEDULER_MUTANTS, ids=[m.name for m in SCHEDULER_MUTANTS])
+def test_the_scheduler_driven_check_kills_a_mutant_of_the_model(mutant: Mutant, tmp_path: Path) -> None:
+    """A broken copy of kvparity's model of SGLang's scheduler (shared by both versions, so their
+    decisions still agree) breaks the memory oracles kvparity's own model must never break:
+    ``kvparity check --drive scheduler`` in the copy is a divergence, shown as a memory oracle."""
+    from kvparity.teeth.zoo import mutated_copy
+
+    copy = mutated_copy(mutant, tmp_path / "copy")
+    env = {**os.environ, "PYTHONPATH": str(copy)}
+    done = subprocess.run([sys.executable, "-m", "kvparity", "check", "--drive", "scheduler", "--traffic-examples", "12",
+                           "--jobs", "1", "--no-shrink"], cwd=copy, env=env, capture_output=True, text=True, timeout=600)
+    output = done.stdout + done.stderr
+    assert done.returncode == 1, f"{mutant.name} ({mutant.bug_class}) survived:\n{output[-3000:]}"
+    assert "memory oracle" in output and "slots conserved" in output, output[-3000:]

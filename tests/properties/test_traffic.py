@@ -1,6 +1,6 @@
 """Traffic scenarios through SGLang's own scheduler loop (issue 26): real 0.5.3 against real
 0.5.3.post1, every decision compared (``kvparity.judge.admission``) by the scheduler-driven check
-(``kvparity.run.traffic_sweep``). Under ``fcfs`` the two decide alike; under ``lpm`` and
+(``kvparity.run.scheduler_drive``). Under ``fcfs`` the two decide alike; under ``lpm`` and
 ``dfs-weight`` the check counts the mixes where pull request #11200's ranking key makes them admit
 differently, shrinks the first and names the cause."""
 
@@ -22,20 +22,27 @@ def test_the_scheduler_driven_check_counts_shrinks_and_names_the_cause(workers):
     counted, its first case shrunk and its cause named: PR #11200's ranking key."""
     from kvparity.engine.real.install import resolve
     from kvparity.engine.traffic_players import RealTrafficPlayer
-    from kvparity.run.traffic_sweep import check_traffic
+    from kvparity.run.scheduler_drive import check_scheduler
 
     ref, checked = (RealTrafficPlayer(resolve(r), workers[r]) for r in RELEASES)
-    verdict = check_traffic(ref, checked, examples=15, loops=("normal",), shrink_budget_s=20)
-    rows = {row.policy: row for row in verdict.rows}
+    verdict = check_scheduler(ref, checked, examples=15, loops=("normal",), shrink_budget_s=20)
+    assert [row.task for row in verdict.rows] == [f"{p}, normal loop" for p in ("fcfs", "lpm", "dfs-weight", "lof")]
+    rows = {row.task.removesuffix(", normal loop"): row for row in verdict.rows}
     assert rows["fcfs"].verdict == "parity" and rows["fcfs"].scenarios == 15
     assert rows["lof"].verdict == "parity"  # longest output first: the tree plays no part
     for policy in ("lpm", "dfs-weight"):
         row = rows[policy]
-        assert row.verdict == "divergence" and row.admission >= 1, policy
-        assert row.first.shrunk is not None and row.first.shrunk_judgement.admission
-        assert sum(len(group) for group in row.first.shrunk.scenario.arrivals) <= 3, row.first.shrunk.scenario.to_python()
-        assert "pull request #11200" in row.first.cause and policy in row.first.cause
-    assert verdict.summary() == "DIVERGENCE: admission differs under lpm, dfs-weight; parity under fcfs, lof"
+        assert row.verdict == "divergence" and row.kinds["admission"] >= 1, policy
+        first = row.first
+        assert first is not None and first.shrunk is not None and first.shown.kind == "admission"
+        (_, judgement) = first.shown.result
+        assert judgement.admission
+        shrunk = first.shown.scenario
+        assert shrunk == first.shrunk.scenario and shrunk.config.schedule_policy == policy
+        assert sum(len(group) for group in shrunk.arrivals) <= 3, shrunk.to_python()
+        # The cause is shown, not assumed: undoing PR #11200 in the checked release decides as the reference.
+        assert first.cause is not None and "cause: PR #11200" in first.cause and policy in first.cause, first.cause
+    assert verdict.summary_line == "DIVERGENCE: admission differs under lpm, dfs-weight; parity under fcfs, lof"
 
 
 def test_the_inflight_oracle_catches_a_copy_of_a_release_that_rewrites_an_inflight_cell(workers, tmp_path):

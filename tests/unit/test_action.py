@@ -221,6 +221,15 @@ def _log(done: subprocess.CompletedProcess) -> str:
     return f"exit {done.returncode}\n{done.stdout[-4000:]}\n{done.stderr[-4000:]}"
 
 
+def _pair_rows(summary: str) -> list[str]:
+    """The world-pair rows of the verdict's table (the ```text block under its heading and summary line)."""
+    lines = summary.splitlines()
+    start = lines.index("```text") + 1
+    table = lines[start:lines.index("```", start)]
+    assert table[0].split() == ["world", "pair", "scenarios", "verdict"], summary
+    return table[1:]
+
+
 @needs_releases
 def test_parity_writes_the_table_to_the_summary_and_the_verdict_to_the_outputs(tmp_path):
     checkout = _checkout(tmp_path)
@@ -228,10 +237,10 @@ def test_parity_writes_the_table_to_the_summary_and_the_verdict_to_the_outputs(t
                                         args="--jobs 1")
     assert done.returncode == 0, _log(done)
     assert "nothing to install" in done.stdout, _log(done)  # KVPARITY_PYTHON already imports kvparity
-    assert "### kvparity check: PARITY" in summary and "| world pair | scenarios | verdict |" in summary
-    rows = [line for line in summary.splitlines() if line.startswith("| `")]
+    assert "### kvparity check (harness-driven): PARITY" in summary
+    rows = _pair_rows(summary)
     assert len(rows) == 1 and re.fullmatch(
-        rf"\| `sglang-{REFERENCE}/torch` vs `sglang-checkout@{CHECKED}/torch` \| \d+ \| parity \|", rows[0]), summary
+        rf"sglang-{REFERENCE}/torch vs sglang-checkout@{CHECKED}/torch +\d+  parity", rows[0]), summary
     assert outputs["verdict"] == "parity" and outputs["exit-code"] == "0", outputs
     assert json.loads(Path(outputs["json"]).read_text())["verdict"] == "parity"
     assert Path(outputs["markdown"]).read_text() in summary
@@ -248,9 +257,11 @@ def test_a_divergence_fails_with_the_first_difference_in_the_summary(tmp_path):
     batch.write_text(source.replace(right, "out_cache_loc[pt : pt + extend_lens[i]] + 1,\n"))
     done, summary, outputs = run_action(tmp_path, checkout, against=REFERENCE, examples="2", args="--jobs 1")
     assert done.returncode == 1, _log(done)
-    assert "### kvparity check: DIVERGENCE" in summary
-    assert f"| `sglang-{REFERENCE}/torch` vs `sglang-checkout@{CHECKED}/torch` |" in summary
-    assert "**DIVERGENCE** |" in summary and "**First difference:** step " in summary, summary
+    assert "### kvparity check (harness-driven): DIVERGENCE" in summary
+    rows = _pair_rows(summary)
+    assert len(rows) == 1 and re.fullmatch(
+        rf"sglang-{REFERENCE}/torch vs sglang-checkout@{CHECKED}/torch +\d+  DIVERGENCE", rows[0]), summary
+    assert re.search(r"\*\*First difference\*\* \([^)]*\): `first difference: step ", summary), summary
     assert outputs["verdict"] == "divergence" and outputs["exit-code"] == "1", outputs
 
 

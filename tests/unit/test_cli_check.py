@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import runpy
 import subprocess
 import sys
 
@@ -29,10 +30,10 @@ def test_parity_exits_0_and_writes_the_verdict(tmp_path, capsys):
     examples = 2 * len(TEMPLATES)  # two per template
     assert main(["check", "--examples", str(examples), "--backend", "torch", "--json", str(out)]) == 0
     printed = capsys.readouterr().out
-    assert "legacy/torch vs refactored/torch" in printed and "verdict: PARITY" in printed
+    assert "legacy/torch vs refactored/torch" in printed and "verdict (harness-driven): PARITY" in printed
     verdict = json.loads(out.read_text())
-    assert verdict["verdict"] == "parity" and verdict["scenarios"] == examples and verdict["counterexample"] is None
-    assert verdict["worlds"] == ["legacy/torch", "refactored/torch"]
+    assert verdict["verdict"] == "parity" and verdict["scenarios"] == examples and verdict["first_difference"] is None
+    assert (verdict["drive"], verdict["reference"], verdict["checked"]) == ("harness", "legacy/torch", ["refactored/torch"])
 
 
 def test_divergence_exits_1_with_a_shrunk_counterexample_and_a_repro(tmp_path, capsys, monkeypatch):
@@ -49,13 +50,17 @@ def test_divergence_exits_1_with_a_shrunk_counterexample_and_a_repro(tmp_path, c
     printed = capsys.readouterr().out
     assert status == 1
     assert "legacy/torch vs refactored/torch" in printed and "DIVERGENCE" in printed
-    assert "last_loc" in printed and "verdict: DIVERGENCE" in printed
+    assert "last_loc" in printed and "verdict (harness-driven): DIVERGENCE" in printed
     verdict = json.loads(out.read_text())
     assert verdict["verdict"] == "divergence"
-    assert verdict["counterexample"]["scenario"]["geometry"]["page_size"] > 1  # last_loc only matters paged
+    assert verdict["first_difference"]["shrunk"]["scenario"]["geometry"]["page_size"] > 1  # last_loc only matters paged
     script = repro.read_text()
     compile(script, str(repro), "exec")
-    assert '"--replay"' in script and "first_found = Scenario(" in script and "CHECK = ['--backend', 'torch']" in script
+    assert '"--replay"' in script and "first_found = {" in script and "CHECK = ['--backend', 'torch']" in script
+    monkeypatch.setattr(sys, "argv", [str(repro)])
+    with pytest.raises(SystemExit) as replayed:  # the repro replays the shrunk counterexample: still a divergence
+        runpy.run_path(str(repro), run_name="__main__")
+    assert replayed.value.code == 1
 
 
 @pytest.mark.parametrize(

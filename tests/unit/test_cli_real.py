@@ -60,8 +60,9 @@ def test_real_release_against_kvparity_model_gives_parity(tmp_path, capsys):
     out = tmp_path / "v.json"
     assert _check("--sglang", "0.5.3", "--examples", "20", "--backend", "torch", "--json", str(out)) == 0
     printed = capsys.readouterr().out
-    assert "legacy/torch vs sglang-0.5.3/torch" in printed and "verdict: PARITY" in printed
-    assert json.loads(out.read_text())["worlds"] == ["legacy/torch", "sglang-0.5.3/torch"]
+    assert "legacy/torch vs sglang-0.5.3/torch" in printed and "verdict (harness-driven): PARITY" in printed
+    verdict = json.loads(out.read_text())
+    assert (verdict["reference"], verdict["checked"]) == ("legacy/torch", ["sglang-0.5.3/torch"])
 
 
 def test_mutated_copy_against_a_release_exits_1_with_the_shrunk_scenario_and_cells(tmp_path, capsys):

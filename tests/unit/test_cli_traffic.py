@@ -9,6 +9,7 @@ import json
 import pytest
 
 from kvparity.cli.main import main
+from kvparity.mem_cache.schedule_policy import POLICIES
 from kvparity.model.traffic import traffic_from_dict
 
 
@@ -27,13 +28,16 @@ def test_the_model_reports_pr_11200s_admission_change_per_policy(tmp_path, capsy
     out = tmp_path / "verdict.json"
     assert main(["check", "--drive", "scheduler", "--traffic-examples", "10", "--json", str(out)]) == 1
     verdict = json.loads(out.read_text())
+    assert verdict["drive"] == "scheduler"
     assert verdict["summary"] == "DIVERGENCE: admission differs under lpm, dfs-weight; parity under fcfs, lof"
-    rows = {row["policy"]: row for row in verdict["rows"]}
-    assert [row["loop"] for row in verdict["rows"]] == ["normal"] * 4  # the model has no overlap loop
-    assert rows["fcfs"]["differing"] == 0 and rows["lof"]["differing"] == 0 and rows["lpm"]["admission"] >= 1
-    assert "pull request #11200" in rows["lpm"]["first_difference"]["cause"]
+    rows = {row["task"].removesuffix(", normal loop"): row for row in verdict["rows"]}
+    assert [row["task"] for row in verdict["rows"]] == [f"{policy}, normal loop" for policy in POLICIES]  # no overlap
+    assert set(rows) == {"fcfs", "lpm", "dfs-weight", "lof"}  # loop in the model
+    assert rows["fcfs"]["differing"] == 0 and rows["lof"]["differing"] == 0 and rows["lpm"]["kinds"]["admission"] >= 1
+    first = rows["lpm"]["first"]
+    assert "PR #11200" in first["cause"]
     saved = tmp_path / "shrunk.json"
-    saved.write_text(json.dumps(rows["lpm"]["first_difference"]["scenario"]))
+    saved.write_text(json.dumps((first["shrunk"] or first)["scenario"]))
     assert traffic_from_dict(json.loads(saved.read_text())).config.schedule_policy == "lpm"
     capsys.readouterr()
     assert main(["check", "--drive", "scheduler", "--replay", str(saved)]) == 1

@@ -82,19 +82,21 @@ def test_jobs_2_gives_the_verdict_and_count_of_jobs_1(tmp_path):
     assert {k: runs["1"][k] for k in keys} == {k: runs["2"][k] for k in keys}
 
 
-def test_templates_split_into_shards_give_one_job_and_two_the_same_verdict_and_count():
+def test_templates_split_into_shards_give_one_job_and_two_the_same_verdict_and_count(monkeypatch):
     """Four scenarios per template in shards of two, each shard from its own seed (fixed by the
     plan alone, never by the number of jobs): one process and two give the same verdict and count.
     (Hypothesis's draws within a shard can still depend on what the process imported before, so
     the classes may differ by an example; the derandomized default run is compared in full above.)"""
-    from kvparity.run.plan import TemplatePlan
-    from kvparity.run.sweep import check_repository
+    from kvparity.run import plan
+    from kvparity.run.harness_drive import HarnessDrive, HarnessSpec, check_harness
 
-    plan = TemplatePlan((("legacy", "torch"), ("refactored", "torch")), 4, 7, False, shard_size=2)
-    assert plan.tasks()[:3] == [(0, 0), (0, 1), (1, 0)] and plan.seed(0, 0) != plan.seed(0, 1)
-    assert [plan.examples(s) for s in (0, 1)] == [2, 2]
+    monkeypatch.setattr(plan, "SHARD_SIZE", 2)  # the tasks are made in this process; the jobs play them
     worlds = (("legacy", "torch"), ("refactored", "torch"))
     examples = 4 * len(TEMPLATES)
-    one = check_repository(worlds, examples, 7, jobs=1, shard_size=2)
-    two = check_repository(worlds, examples, 7, jobs=2, shard_size=2)
+    tasks = HarnessDrive(HarnessSpec(worlds)).tasks(examples, 7)
+    assert [(t.key, t.shard) for t in tasks[:3]] == [((0,), 0), ((0,), 1), ((1,), 0)]
+    assert tasks[0].seed != tasks[1].seed
+    assert [t.examples for t in tasks[:2]] == [2, 2]
+    one = check_harness(worlds, examples, 7, jobs=1)
+    two = check_harness(worlds, examples, 7, jobs=2)
     assert (one.verdict, one.scenarios) == (two.verdict, two.scenarios) == ("parity", examples)

@@ -20,8 +20,8 @@ from kvparity.model import profiles
 from kvparity.model.scenario import scenario_to_dict
 from kvparity.refactored import schedule_batch
 from kvparity.report.progress import Progress
+from kvparity.run.harness_drive import check_harness
 from kvparity.run.runner import run_scenario
-from kvparity.run.sweep import check_repository
 
 TORCH_WORLDS = (("legacy", "torch"), ("refactored", "torch"))
 
@@ -55,8 +55,9 @@ class Recorder:
     def played(self) -> None:
         self.heard.append(("played",))
 
-    def found(self, first) -> None:
+    def found(self, first, *, stop: bool) -> bool:
         self.heard.append(("found", first))
+        return True
 
     def shrinking(self, tried, smallest) -> None:
         self.heard.append(("shrinking", tried, smallest))
@@ -64,8 +65,11 @@ class Recorder:
     def cancelled(self) -> bool:
         return False
 
-    def claim(self, defect: str) -> bool:
+    def claim(self, key: str) -> bool:
         return True
+
+    def elapsed(self) -> float:
+        return 0.0
 
     def kinds(self) -> list[str]:
         return [h[0] for h in self.heard]
@@ -73,39 +77,42 @@ class Recorder:
 
 def test_the_failure_is_handed_over_as_found_then_shrunk(planted):
     heard = Recorder()
-    verdict = check_repository(TORCH_WORLDS, 60, None, events=heard)
+    verdict = check_harness(TORCH_WORLDS, 60, None, events=heard)
     kinds = heard.kinds()
     found = kinds.index("found")
     assert "shrinking" not in kinds[:found] and "shrinking" in kinds[found:]
     assert "played" not in kinds[found:]  # nothing more of the plan, and no replay by Hypothesis
+    assert kinds[found - 1] == "played"  # the failing scenario is played (and counted) before it is handed over
     first = heard.heard[found][1]
-    assert verdict.first_failure is not None and verdict.first_failure.scenario == first.scenario
-    assert not first.result.ok and not verdict.failure.ok
-    assert verdict.shrink is not None and verdict.shrink.complete
-    assert len(verdict.scenario.requests) <= len(first.scenario.requests)
-    assert verdict.scenarios == kinds.count("played") + 1  # the failing one is counted too
+    assert verdict.first is not None and verdict.first.found.scenario == first.found.scenario
+    shown = verdict.shrunk
+    assert shown is not None and not first.found.result.ok and not shown.shown.result.ok
+    assert shown.shrunk is not None and shown.shrunk.complete
+    assert len(shown.shown.scenario.requests) <= len(first.found.scenario.requests)
+    assert verdict.scenarios == kinds.count("played")  # the failing one is counted too
 
 
 def test_no_shrink_reports_the_failure_as_found(planted):
     heard = Recorder()
-    verdict = check_repository(TORCH_WORLDS, 60, None, events=heard, shrink_budget_s=None)
-    assert verdict.verdict == "divergence" and verdict.shrink is None
-    assert verdict.scenario == verdict.first_failure.scenario
+    verdict = check_harness(TORCH_WORLDS, 60, None, events=heard, shrink_budget_s=None)
+    assert verdict.verdict == "divergence" and verdict.first is not None and verdict.first.shrunk is None
+    assert verdict.shrunk is verdict.first and verdict.first.shown.scenario == verdict.first.found.scenario
     assert "shrinking" not in heard.kinds()
 
 
 def test_a_known_defects_first_example_is_shrunk_and_still_reaches_it():
     profiles.load("ci")  # the default run's scenarios, which reach legacy's chunk-cache alias
-    verdict = check_repository(TORCH_WORLDS, 100, None)
-    assert verdict.finding_examples, "no known defect reached: pick a run that reaches one"
-    shrunk = {d: e for d, e in verdict.finding_examples.items() if e.original is not None}
+    verdict = check_harness(TORCH_WORLDS, 100, None)
+    examples = {label: verdict.finding_example(label) for label in verdict.findings}
+    assert examples, "no known defect reached: pick a run that reaches one"
+    shrunk = {d: e for d, e in examples.items() if e is not None and e.shrunk is not None}
     assert shrunk, "no first example was shrunk"
     for defect, example in shrunk.items():
-        assert len(example.scenario.requests) + len(example.scenario.steps) < \
-            len(example.original.requests) + len(example.original.steps)
-        assert defect in {d.known_defect for d in run_scenario(example.scenario, TORCH_WORLDS).findings}
-    unshrunk = check_repository(TORCH_WORLDS, 100, None, finding_budget_s=0)
-    assert all(e.original is None for e in unshrunk.finding_examples.values())
+        small, original = example.shown.scenario, example.found.scenario
+        assert len(small.requests) + len(small.steps) < len(original.requests) + len(original.steps)
+        assert defect in {d.known_defect for d in run_scenario(small, TORCH_WORLDS).findings}
+    unshrunk = check_harness(TORCH_WORLDS, 100, None, finding_budget_s=0)
+    assert unshrunk.findings and all(unshrunk.finding_example(label).shrunk is None for label in unshrunk.findings)
 
 
 class Terminal(io.StringIO):
@@ -129,11 +136,13 @@ def test_check_prints_the_first_divergence_before_the_shrunk_one(planted, tmp_pa
     status = main(["check", "--examples", "60", "--backend", "torch", "--jobs", "1", "--json", str(out)])
     printed = capsys.readouterr().out
     assert status == 1
-    first, shrunk, verdict = (printed.index(w) for w in ("first divergence found", "shrunk counterexample", "verdict:"))
+    first, shrunk, verdict = (printed.index(w) for w in ("first divergence found", "shrunk counterexample",
+                                                          "verdict (harness-driven): DIVERGENCE"))
     assert first < shrunk < verdict
     data = json.loads(out.read_text())
-    assert data["first_divergence"]["scenario"] and data["counterexample"]["scenario"]
-    assert data["shrinking"]["complete"] is True
+    found = data["first_difference"]
+    assert found["scenario"] and found["shrunk"]["scenario"]
+    assert found["shrunk"]["complete"] is True
     replay = re.search(r"replay: (kvparity check .* --replay (\S+))", printed[first:shrunk])
     assert replay and Path(replay.group(2)).exists()
 
@@ -182,14 +191,14 @@ def test_a_file_that_fails_after_the_run_costs_exit_2_not_the_verdict(tmp_path, 
     monkeypatch.setattr(Path, "write_text", refuse)
     assert main(["check", "--examples", "10", "--backend", "torch", "--jobs", "1", "--json", str(out)]) == 2
     captured = capsys.readouterr()
-    assert "verdict: PARITY" in captured.out
+    assert "verdict (harness-driven): PARITY" in captured.out
     assert "--json" in captured.err and "No space left on device" in captured.err and "Traceback" not in captured.err
 
 
 def test_shrinking_replays_the_reference_and_one_failed_world_torch_first():
     from kvparity.judge.compare import Difference
+    from kvparity.run.harness_drive import replay_worlds
     from kvparity.run.runner import RunResult
-    from kvparity.run.shrink import replay_worlds
 
     worlds = ("sglang-0.5.3/torch", "copy@0.5.3.post1/triton", "copy@0.5.3.post1/torch")
     result = RunResult(GOLDENS["chunked-radix-cache"], worlds)
@@ -203,8 +212,8 @@ def test_a_disagreement_is_replayed_in_a_world_that_disagreed():
     """A torch world that only broke an oracle would turn the disagreement into an oracle failure."""
     from kvparity.judge.compare import Difference
     from kvparity.judge.oracles import Violation
+    from kvparity.run.harness_drive import replay_worlds
     from kvparity.run.runner import RunResult
-    from kvparity.run.shrink import replay_worlds
 
     worlds = ("sglang-0.5.3/torch", "copy@0.5.3.post1/triton", "copy@0.5.3.post1/torch")
     result = RunResult(GOLDENS["chunked-radix-cache"], worlds)

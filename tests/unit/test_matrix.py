@@ -1,4 +1,4 @@
-"""``kvparity matrix``: releases pairwise on one scenario set (kvparity/run/matrix.py)."""
+"""``kvparity matrix``: releases pairwise on one scenario set (kvparity/run/matrix.py), harness-driven."""
 
 from __future__ import annotations
 
@@ -32,5 +32,7 @@ def test_the_refactor_release_pair_is_exact(tmp_path, capsys):
     assert main(["matrix", "0.5.3", "0.5.3.post1", "--examples", "2", "--backend", "torch", "--json", str(out)]) == 0
     assert "exact" in capsys.readouterr().out
     (pair,) = json.loads(out.read_text())["pairs"]
-    assert (pair["reference"], pair["other"], pair["verdict"]) == ("sglang-0.5.3/torch", "sglang-0.5.3.post1/torch", "exact")
+    assert (pair["reference_release"], pair["other_release"], pair["label"]) == ("0.5.3", "0.5.3.post1", "exact")
+    assert (pair["reference"], pair["checked"], pair["verdict"]) == \
+        ("sglang-0.5.3/torch", ["sglang-0.5.3.post1/torch"], "parity")
     assert pair["scenarios"] == 2 * len(TEMPLATES)  # --examples is per template

@@ -1,20 +1,28 @@
 """``kvparity matrix --shard I/N`` and ``kvparity matrix merge`` (kvparity/run/matrix_shards.py).
 
-Real SGLang is replaced by a fake lane and a fake ``run_matrix`` whose verdicts depend only on the
-pair, so that the CLI's whole path (shares, documents, reports, merge) runs in a second."""
+Real SGLang is replaced by a fake lane, a fake ``resolve`` and a fake ``run_matrix`` whose pair
+verdicts depend only on the pair (its rows made by the matrix's own ``pair_row`` and
+``release_row``), so that the CLI's whole path (shares, documents, reports, merge) runs in a second."""
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
 from kvparity.cli.main import main
 from kvparity.cli.matrix import _pairs
-from kvparity.judge.renumber import DIVERGENT, EXACT, RENUMBERED
+from kvparity.golden.scenarios import GOLDENS
+from kvparity.judge.compare import RENUMBERED_BETWEEN_RELEASES
+from kvparity.model.classes import REQUIRED
+from kvparity.model.strategies import TEMPLATES
 from kvparity.run import matrix_shards as shards
-from kvparity.run.matrix import PairResult
+from kvparity.run.drive import Finding, Played
+from kvparity.run.harness_drive import HarnessDrive, HarnessSpec
+from kvparity.run.matrix import DIVERGENT, EXACT, RENUMBERED, Releases, pair_row, release_row
+from kvparity.run.verdict import Row, Verdict
 
 RELEASES = ["0.5.3", "0.5.3.post1", "0.5.3.post2", "0.5.4", "0.5.4.post1"]
 
@@ -40,7 +48,8 @@ def test_a_bad_shard_is_refused_in_one_sentence_naming_the_option(value, capsys)
 
 # --- the CLI on fake lanes --------------------------------------------------------------------------
 
-VERDICTS = {"0.5.3.post1": EXACT, "0.5.3.post2": RENUMBERED, "0.5.4": DIVERGENT, "0.5.4.post1": DIVERGENT}
+LABELS = {"0.5.3.post1": EXACT, "0.5.3.post2": RENUMBERED, "0.5.4": DIVERGENT, "0.5.4.post1": DIVERGENT}
+SCENARIO = GOLDENS["chunked-radix-cache"]
 
 
 class FakeLane:
@@ -48,32 +57,50 @@ class FakeLane:
 
     def __init__(self, specs: list[str], backends: tuple[str, ...], **options: object) -> None:
         (self.release,), self.backends = specs, backends
-
-    def start(self) -> None:
-        FakeLane.started.append(self.release)
+        FakeLane.started.append(self.release)  # the real one starts its worker on first use: here, once made
 
     def close(self) -> None:
         pass
 
 
-def fake_run_matrix(scenarios, lanes, pairs, *, tick, pool):
-    for lane in lanes.values():  # the real one starts each lane when its release's turn comes
-        lane.start()
-    results = []
-    for a, b in pairs:
-        for backend in lanes[a].backends:
-            r = PairResult(f"sglang-{a}/{backend}", f"sglang-{b}/{backend}", a, b, backend)
-            for i, scenario in enumerate(scenarios):
-                verdict = VERDICTS[b] if i % 3 == 0 else EXACT
-                r.add(verdict, f"{b} differs", scenario, {f"class-{i % 4}", "paged"}, f"field-{i % 2}")
-                r.findings.update({"a known change"} if backend == "torch" else set())
-            results.append(r)
-    return results[::-1]  # any order: the document is in the plan's order
+def fake_verdict(ref: str, other: str, examples: int) -> tuple[Verdict, HarnessDrive]:
+    """The verdict of the pair: every third scenario differs (or is renumbered) as ``LABELS`` says."""
+    names = (f"sglang-{ref}/torch", f"sglang-{other}/torch")
+    drive = HarnessDrive(HarnessSpec((("legacy", "torch"),), real_reference=True, counts_all=True),
+                         lane=SimpleNamespace(names=names))
+    row = Row(TEMPLATES[0].name, (0,))
+    for i in range(examples):
+        differs = LABELS[other] == DIVERGENT and i % 3 == 0
+        findings = (Finding("a known change", names[1], "seen"),)
+        if LABELS[other] == RENUMBERED and i % 3 == 0:
+            findings += (Finding(RENUMBERED_BETWEEN_RELEASES, names[1], "renumbered"),)
+        row.count(Played(SCENARIO, not differs, "disagree" if differs else None, f"{other} differs" if differs else "",
+                         frozenset({REQUIRED[i % 4], REQUIRED[4]}), findings), row.task)
+    verdict = Verdict("harness", drive.reference, drive.checked, [row], REQUIRED, counts_all=True)
+    verdict.summary_line = "PARITY" if verdict.verdict == "parity" else f"DIVERGENCE: {other} differs"
+    return verdict, drive
+
+
+def fake_run_matrix(drive, sources, pairs, *, examples, seed, backends, shrink_budget_s, say=print):
+    releases = Releases(drive, sources, backends)
+    for release in dict.fromkeys(r for pair in pairs for r in pair):  # the real one starts each on first use
+        releases.get(release)
+    rows, found = [], {}
+    for ref, other in pairs:
+        verdict, judge = fake_verdict(ref, other, examples)
+        rows.append(pair_row(ref, other, verdict, judge))
+        for release, name in ((ref, judge.reference), (other, judge.checked[0])):
+            found.setdefault(release, release_row(release, name, verdict, releases.open.get(release)))
+    releases.close()
+    return {"pairs": rows[::-1], "releases": list(found.values())[::-1]}  # any order: the document is the plan's
 
 
 @pytest.fixture
 def fake(monkeypatch):
+    from kvparity.engine.real import versions
+
     monkeypatch.setattr("kvparity.engine.real.lane.RealLane", FakeLane)
+    monkeypatch.setattr("kvparity.engine.real.install.resolve", lambda release: (versions.entry(release), release)[1])
     monkeypatch.setattr("kvparity.run.matrix.run_matrix", fake_run_matrix)
     FakeLane.started = []
 
@@ -92,8 +119,12 @@ def test_the_merge_of_the_shards_is_the_unsharded_run(fake, tmp_path, capsys):
     merged = ["matrix", "merge", *(f"{tmp_path}/s{i}.json" for i in (3, 1, 2))]
     status, out = _run([*merged, "--json", f"{tmp_path}/m.json", "--markdown", f"{tmp_path}/m.md"], capsys)
     assert (status, out) == (whole_status, out) == (1, whole_out)
-    assert json.loads(Path(f"{tmp_path}/m.json").read_text()) == json.loads(Path(f"{tmp_path}/whole.json").read_text())
+    whole = json.loads(Path(f"{tmp_path}/whole.json").read_text())
+    assert json.loads(Path(f"{tmp_path}/m.json").read_text()) == whole
     assert Path(f"{tmp_path}/m.md").read_text() == Path(f"{tmp_path}/whole.md").read_text()
+    assert [row["label"] for row in whole["pairs"]] == [LABELS[b] for _, b in _pairs(RELEASES, None)]
+    assert [r["release"] for r in whole["releases"]] == RELEASES
+    assert f"Harness-driven matrix: {len(TEMPLATES)} scenarios, shared out over the templates" in whole_out
 
 
 def test_a_shard_plays_its_pairs_and_starts_only_their_releases(fake, tmp_path, capsys):
@@ -101,27 +132,31 @@ def test_a_shard_plays_its_pairs_and_starts_only_their_releases(fake, tmp_path, 
     assert FakeLane.started == ["0.5.3.post2", "0.5.4"]
     doc = json.loads(Path(f"{tmp_path}/s.json").read_text())
     assert doc["shard"] == {"index": 2, "count": 3, "release_pairs": [["0.5.3.post2", "0.5.4"]]}
-    assert len(doc["plan"]["release_pairs"]) == 4 and doc["plan"]["scenario_set"]["per_template"] == 1
-    assert [(r["other_release"], r["backend"]) for r in doc["pairs"]] == [("0.5.4", "torch"), ("0.5.4", "triton")]
+    assert len(doc["plan"]["release_pairs"]) == 4 and doc["plan"]["drive"] == "harness"
+    assert doc["plan"]["examples"] == len(TEMPLATES)  # --examples is per template; the plan holds them in all
+    assert doc["plan"]["backends"] == ["torch", "triton"]
+    assert [(r["reference_release"], r["other_release"], r["label"]) for r in doc["pairs"]] == \
+        [("0.5.3.post2", "0.5.4", DIVERGENT)]
 
 
 # --- merge refusals, on documents written by hand ---------------------------------------------------------
 
-ROW = {"reference": "r", "other": "o", "verdict": EXACT, "scenarios": 1, "renumbered": 0, "divergent": 0,
-       "fields": {}, "classes": {}, "known_changes": {}, "counterexample": None, "release_changes": [], "scenario": None}
-PLAN = shards.plan(RELEASES[:3], _pairs(RELEASES[:3], None), ["torch"],
-                   {"profile": "ci", "per_template": 1, "scenarios": 10, "sha256": "0" * 64})
+ROW = {"drive": "harness", "verdict": "parity", "summary": "PARITY", "reference": "r", "checked": ["o"], "scenarios": 1,
+       "differing": 0, "rows": [], "findings": {}, "first_difference": None, "label": EXACT, "release_changes": []}
+PLAN = shards.plan("harness", RELEASES[:3], _pairs(RELEASES[:3], None), ["torch"], 10, None)
 
 
 def _shard(tmp_path: Path, name: str, index: int, count: int = 2, plan: dict = PLAN) -> str:
-    rows = [{**ROW, "reference_release": a, "other_release": b, "backend": "torch"}
-            for a, b in shards.share(plan["release_pairs"], shards.Shard(index, count))]
-    (tmp_path / name).write_text(json.dumps(shards.document(rows, plan, shards.Shard(index, count))))
+    mine = shards.share(plan["release_pairs"], shards.Shard(index, count))
+    rows = [{**ROW, "reference_release": a, "other_release": b} for a, b in mine]
+    releases = [{"release": r, "scenarios": 1, "findings": {}, "findings_first": {}, "costs": {}}
+                for r in shards.releases_of(mine, plan["releases"])]
+    (tmp_path / name).write_text(json.dumps(shards.document(rows, releases, plan, shards.Shard(index, count))))
     return str(tmp_path / name)
 
 
 def _other_scenarios(tmp_path, name):
-    return _shard(tmp_path, name, 2, plan={**PLAN, "scenario_set": {**PLAN["scenario_set"], "per_template": 2}})
+    return _shard(tmp_path, name, 2, plan={**PLAN, "examples": 20})
 
 
 @pytest.mark.parametrize("second, words", [

@@ -1,6 +1,7 @@
 """Reported counterexamples are minimal: no request, step, name or token can be removed with the
-failure kept (``kvparity.run.minimize``, the sweep's only shrinker). Shrinking cuts big first and
-stops when its time budget is spent, saying so."""
+failure kept (``kvparity.run.minimize``, the sweep's only shrinker, with the step scenarios'
+candidates of ``kvparity.run.candidates``). Shrinking cuts big first and stops when its time budget
+is spent, saying so."""
 
 from __future__ import annotations
 
@@ -9,9 +10,10 @@ import torch
 from kvparity.model.scenario import Decode, Extend, RequestSpec, Retract, Scenario
 from kvparity.model.worlds import Geometry
 from kvparity.refactored import schedule_batch
-from kvparity.run.minimize import failure_kind, minimize, smaller, step_candidates
+from kvparity.run.candidates import smaller, step_candidates
+from kvparity.run.harness_drive import check_harness
+from kvparity.run.minimize import failure_kind, minimize
 from kvparity.run.runner import run_scenario
-from kvparity.run.sweep import check_repository
 
 TORCH_WORLDS = (("legacy", "torch"), ("refactored", "torch"))
 
@@ -24,7 +26,7 @@ def test_minimize_keeps_only_what_the_failure_needs():
         (RequestSpec("a", (1, 2, 3)), RequestSpec("b", (5, 7, 9)), RequestSpec("c", (4,), arrival=2)),
         (Extend(("a", "b")), Decode(finish=("a",)), Extend(("c",)), Retract("c")),
     )
-    shrunk = minimize(scenario, lambda s: any(7 in r.tokens for r in s.requests))
+    shrunk = minimize(scenario, lambda s: any(7 in r.tokens for r in s.requests), candidates=step_candidates)
     assert shrunk.scenario.requests == (RequestSpec("b", (7,)),)
     assert len(shrunk.scenario.steps) == 1 and shrunk.complete
 
@@ -34,7 +36,7 @@ def test_big_cuts_come_first():
     the hundreds that single removals, restarted after each success, would take."""
     requests = tuple(RequestSpec(f"r{i}", (i + 1,)) for i in range(64))
     scenario = Scenario(Geometry(4, 16, 64), "radix", requests, (Extend(tuple(r.rid for r in requests)),))
-    shrunk = minimize(scenario, lambda s: any(r.rid == "r37" for r in s.requests))
+    shrunk = minimize(scenario, lambda s: any(r.rid == "r37" for r in s.requests), candidates=step_candidates)
     assert [r.rid for r in shrunk.scenario.requests] == ["r37"] and shrunk.complete
     assert shrunk.tried <= 40, shrunk.tried
     first = next(step_candidates(scenario))
@@ -44,7 +46,7 @@ def test_big_cuts_come_first():
 def test_a_spent_budget_returns_the_smallest_so_far_and_says_so():
     scenario = Scenario(Geometry(4, 16, 64), "radix", (RequestSpec("a", (1, 2)), RequestSpec("b", (3,))),
                         (Extend(("a", "b")),))
-    shrunk = minimize(scenario, lambda s: True, budget_s=0.0)
+    shrunk = minimize(scenario, lambda s: True, budget_s=0.0, candidates=step_candidates)
     assert shrunk.scenario == scenario and not shrunk.complete and shrunk.tried == 0
 
 
@@ -52,7 +54,7 @@ def test_progress_hears_of_every_candidate_played():
     scenario = Scenario(Geometry(4, 16, 64), "radix", (RequestSpec("a", (1,)), RequestSpec("b", (7,))),
                         (Extend(("a", "b")),))
     heard: list[tuple[int, int]] = []
-    shrunk = minimize(scenario, lambda s: any(7 in r.tokens for r in s.requests),
+    shrunk = minimize(scenario, lambda s: any(7 in r.tokens for r in s.requests), candidates=step_candidates,
                       progress=lambda tried, smallest: heard.append((tried, len(smallest.requests))))
     assert [tried for tried, _ in heard] == list(range(1, shrunk.tried + 1))
     assert heard[-1][1] == 1
@@ -74,9 +76,10 @@ def test_a_planted_bug_is_reported_with_nothing_removable(monkeypatch):
         return torch.cat([p.to(device) for p in pieces])
 
     monkeypatch.setattr(schedule_batch, "last_loc_from_prefixes", second_to_last)
-    verdict = check_repository(TORCH_WORLDS, 60, None)
-    assert verdict.verdict == "divergence" and verdict.scenario is not None
-    kind = failure_kind(run_scenario(verdict.scenario, TORCH_WORLDS))
+    verdict = check_harness(TORCH_WORLDS, 60, None)
+    assert verdict.verdict == "divergence" and verdict.shrunk is not None and verdict.shrunk.shrunk is not None
+    reported = verdict.shrunk.shown.scenario
+    kind = failure_kind(run_scenario(reported, TORCH_WORLDS))
     assert kind is not None
-    survivors = [s for s in smaller(verdict.scenario) if failure_kind(run_scenario(s, TORCH_WORLDS)) == kind]
+    survivors = [s for s in smaller(reported) if failure_kind(run_scenario(s, TORCH_WORLDS)) == kind]
     assert survivors == [], survivors[0].to_python()

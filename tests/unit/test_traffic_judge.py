@@ -1,6 +1,6 @@
 """Judging two runs of a traffic scenario (``kvparity.judge.admission``), reading the traffic classes
 from a run's records (``kvparity.judge.traffic_classes``) and shrinking a traffic scenario
-(``kvparity.run.traffic_shrink``), on hand-built runs: no scheduler is played here."""
+(``kvparity.run.candidates.traffic_candidates``), on hand-built runs: no scheduler is played here."""
 
 from __future__ import annotations
 
@@ -17,8 +17,8 @@ from kvparity.model.classes import (
 from kvparity.model.traffic import Arrival, ServerConfig, TrafficScenario, traffic_from_dict, traffic_to_dict
 from kvparity.model.traffic_records import TABLE_ONLY, WRONG_KV, Decision, InflightFinding, StopError
 from kvparity.model.worlds import WorldId
+from kvparity.run.candidates import traffic_candidates
 from kvparity.run.minimize import minimize
-from kvparity.run.traffic_shrink import traffic_candidates
 
 # The runs here are hand-built: no memory snapshots, so only decisions, outputs, in-flight findings
 # and errors are judged. Two modelled worlds of one version: any memory would be compared exactly.
@@ -102,15 +102,32 @@ def test_a_traffic_scenario_shrinks_to_what_keeps_the_failure_and_round_trips():
 
 
 def test_the_verdict_line_says_what_differs_under_which_policy_and_loop():
-    from kvparity.run.traffic_sweep import FirstDifference, TrafficRow, TrafficVerdict
+    from types import SimpleNamespace
 
-    order = judge_traffic(run(rec(0, "EXTEND", ["a", "b"])), run(rec(0, "EXTEND", ["b", "a"])))
-    rewrite = judge_traffic(run(rec(0)), run(rec(0), inflight=[cell(0, 0)]))
-    rows = [TrafficRow("fcfs", "normal"), TrafficRow("lpm", "normal"), TrafficRow("fcfs", "overlap"),
-            TrafficRow("lpm", "overlap")]
-    rows[1].differing, rows[1].first = 1, FirstDifference(None, order)
-    rows[3].differing, rows[3].first = 1, FirstDifference(None, order)
-    assert TrafficVerdict("a", "b", rows, 0.0).summary() == "DIVERGENCE: admission differs under lpm; parity under fcfs"
-    rows[2].differing, rows[2].first = 1, FirstDifference(None, rewrite)
-    assert TrafficVerdict("a", "b", rows, 0.0).summary() == (
-        "DIVERGENCE: admission differs under lpm; in-flight findings the reference lacks under fcfs (overlap loop)")
+    from kvparity.model.classes import TRAFFIC_REQUIRED
+    from kvparity.run.scheduler_drive import PlayerSpec, SchedulerDrive, SchedulerSpec
+    from kvparity.run.verdict import Example, Row, Verdict
+
+    players = tuple(SimpleNamespace(name=name, loops=("normal", "overlap"), world_id=WORLD) for name in ("a", "b"))
+    spec = SchedulerSpec(PlayerSpec("model", "legacy"), PlayerSpec("model", "refactored"), ("fcfs", "lpm"),
+                         ("normal", "overlap"))
+    drive = SchedulerDrive(spec, players=players)  # stand-ins: the drive only judges the hand-built runs here
+    scenario = TrafficScenario(ServerConfig(), ((Arrival("a", (1, 2), 1), Arrival("b", (3, 4), 1)),))
+    try:
+        order = drive.judged(scenario, (run(rec(0, "EXTEND", ["a", "b"])), run(rec(0, "EXTEND", ["b", "a"]))), players[1])
+        rewrite = drive.judged(scenario, (run(rec(0)), run(rec(0), inflight=[cell(0, 0)])), players[1])
+        assert (order.kind, rewrite.kind) == ("admission", "inflight")
+        rows = [Row(f"{policy}, {loop} loop", (i, j)) for i, loop in enumerate(spec.loops)
+                for j, policy in enumerate(spec.policies)]
+
+        def verdict() -> Verdict:
+            return Verdict("scheduler", drive.reference, drive.checked, rows, TRAFFIC_REQUIRED, counts_all=True)
+
+        rows[1].differing, rows[1].first = 1, Example(order, rows[1].task)
+        rows[3].differing, rows[3].first = 1, Example(order, rows[3].task)
+        assert drive.summary(verdict()) == "DIVERGENCE: admission differs under lpm; parity under fcfs"
+        rows[2].differing, rows[2].first = 1, Example(rewrite, rows[2].task)
+        assert drive.summary(verdict()) == (
+            "DIVERGENCE: admission differs under lpm; in-flight findings the reference lacks under fcfs (overlap loop)")
+    finally:
+        drive.close()

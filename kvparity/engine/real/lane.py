@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from kvparity.engine.real import PLAY_PLUGINS, RealSGLangError
+from kvparity.engine.real import WORKER_PLUGINS, RealSGLangError
 from kvparity.engine.real.install import SGLangSource, resolve
 from kvparity.engine.real.play import STEP_MARK
 from kvparity.engine.real.worker import RealWorker, RemoteError, WorkerDied, WorkerHung
@@ -98,7 +98,7 @@ class RealLane:
         self.tree_class = tree_class  # None: what a server of each release builds
         self.labels = [source_label(s) for s in self.sources]
         self.workers = {
-            label: RealWorker(source, plugins=PLAY_PLUGINS, call_timeout=timeout)
+            label: RealWorker(source, plugins=WORKER_PLUGINS, call_timeout=timeout)
             for label, source in zip(self.labels, self.sources)
         }
         # Each release on each backend as a server builds it; then, where a release has two radix-tree

@@ -1,0 +1,117 @@
+"""One validated plan per ``kvparity check`` run: which drives run (``--drive``), each with what it
+plays (kvparity's worlds and real SGLang's, or two schedulers), how many scenarios, the seed, the
+jobs and the shrinking budgets. An option that does not apply to the chosen drive is refused with
+one sentence (exit 2), never silently ignored."""
+
+from __future__ import annotations
+
+import argparse
+from dataclasses import dataclass
+from typing import Any
+
+from kvparity.model.worlds import MODELLED_RELEASES
+
+DRIVES = ("harness", "scheduler", "both")
+DEFAULT_EXAMPLES = 880  # harness-driven scenarios, 80 per template
+DEFAULT_REAL_EXAMPLES = 440  # harness-driven scenarios with real SGLang worlds, 40 per template
+DEFAULT_TRAFFIC_EXAMPLES = 40  # scheduler-driven traffic scenarios per schedule policy and event loop
+
+# Options that apply to one drive only: (attribute, the option as typed, the drive it applies to).
+DRIVE_OPTIONS = (
+    ("examples", "--examples", "harness"),
+    ("backend", "--backend", "harness"),
+    ("tree_class", "--tree-class", "harness"),
+    ("profile", "--profile", "harness"),
+    ("target", "--target", "harness"),
+    ("traffic_examples", "--traffic-examples", "scheduler"),
+)
+
+
+@dataclass(frozen=True)
+class CheckPlan:
+    """One drive of a run."""
+
+    drive: str
+    spec: Any  # kvparity.run.harness_drive.HarnessSpec or kvparity.run.scheduler_drive.SchedulerSpec
+    examples: int  # harness: scenarios in all; scheduler: per schedule policy and event loop
+    seed: int | None
+    jobs: int
+    shrink_budget_s: float | None
+
+
+def drive_option_problem(args: argparse.Namespace) -> str | None:
+    """An option of one drive given to a run of the other, in one sentence."""
+    drive = args.drive or "harness"
+    if drive == "both":
+        return None
+    for attr, option, applies in DRIVE_OPTIONS:
+        value = getattr(args, attr, None)
+        given = value is not None and not (attr == "target" and value == "prepare_for_extend")
+        if given and applies != drive:
+            return f"{option} is an option of the {applies}-driven check, not of --drive {drive}"
+    return None
+
+
+def harness_spec(args: argparse.Namespace, real: Any) -> tuple[Any, int]:
+    """The harness drive's worlds, and its default scenario count."""
+    from kvparity.run.harness_drive import HarnessSpec
+
+    backend = args.backend or "all"
+    if real is None:
+        return HarnessSpec(modelled_worlds(backend)), DEFAULT_EXAMPLES
+    backends = ("torch", "triton") if backend == "all" else (backend,)
+    if real.reference is None and not real.tree_cores:
+        worlds: tuple[tuple[str, str], ...] = ((MODELLED_RELEASES[real.checked.version], backends[0]),)
+        return HarnessSpec(worlds, tuple(real.specs), backends, args.tree_class), DEFAULT_REAL_EXAMPLES
+    # The reference is real; kvparity's legacy world only decides where a scenario leaves the server's path.
+    return (HarnessSpec((("legacy", "torch"),), tuple(real.specs), backends, args.tree_class, real_reference=True),
+            DEFAULT_REAL_EXAMPLES)
+
+
+def scheduler_spec(real: Any) -> Any:
+    """The scheduler drive's two players, or why this run has none (a sentence)."""
+    from kvparity.run.scheduler_drive import PlayerSpec, SchedulerSpec
+
+    if real is None:
+        return SchedulerSpec(PlayerSpec("model", "legacy"), PlayerSpec("model", "refactored"))
+    checked = PlayerSpec("real", real.checked.path if real.checked.origin == "path" else real.checked.version)
+    if real.reference is not None:
+        reference = real.reference
+        return SchedulerSpec(PlayerSpec("real", reference.path if reference.origin == "path" else reference.version),
+                             checked)
+    version = real.checked.version
+    if version in MODELLED_RELEASES:
+        return SchedulerSpec(PlayerSpec("model", MODELLED_RELEASES[version]), checked)
+    return (f"--sglang {version} alone has no scheduler to be checked against (kvparity models the scheduler of "
+            f"{' and '.join(MODELLED_RELEASES)} only): give --against RELEASE")
+
+
+def modelled_worlds(backend: str) -> tuple[tuple[str, str], ...]:
+    from kvparity.run.runner import EXTRA_WORLDS  # after the device is chosen: it imports the kernels
+
+    backends = ("torch", "triton") if backend == "all" else (backend,)
+    reference = ("legacy", backends[0])
+    others = [(v, b) for v in ("legacy", "refactored") for b in backends if (v, b) != reference]
+    others += [w for w in EXTRA_WORLDS if w[1] in backends]
+    return (reference, *others)
+
+
+def check_plans(args: argparse.Namespace, real: Any, jobs: int, budget: float | None) -> list[CheckPlan] | str:
+    """The run's drives in the order they run (the scheduler-driven half first), or why the run
+    cannot be made (a sentence, exit 2). ``--drive both`` without a scheduler to check drops that
+    half, and says so."""
+    drive = args.drive or "harness"
+    plans = []
+    if drive in ("scheduler", "both"):
+        spec = scheduler_spec(real)
+        if isinstance(spec, str):
+            if drive == "scheduler":
+                return f"--drive scheduler: {spec}"
+            print(f"kvparity check: scheduler-driven check not run: {spec}", flush=True)
+        else:
+            plans.append(CheckPlan("scheduler", spec, args.traffic_examples or DEFAULT_TRAFFIC_EXAMPLES, args.seed,
+                                   jobs, budget))
+    if drive in ("harness", "both"):
+        spec, default = harness_spec(args, real)
+        plans.append(CheckPlan("harness", spec, args.examples or default, args.seed, jobs, budget))
+    return plans

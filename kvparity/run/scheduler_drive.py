@@ -1,0 +1,312 @@
+"""The scheduler drive: traffic scenarios (``kvparity.model.traffic``, drawn by
+``kvparity.model.traffic_strategies``) played by two schedulers, a reference and a checked one
+(``kvparity.engine.traffic_players``: a real release's own scheduler in a worker process through the
+plugin ``kvparity.engine.real.scheduler_shell``, or kvparity's model of it), which decide everything
+(admission, chunking, decoding, retraction) themselves. Every run is judged
+(``kvparity.judge.admission``): the decisions iteration by iteration, the memory after every
+iteration while the decisions agree, each run's memory oracles and KV canary, the in-flight findings,
+the outputs. One task per schedule policy and event loop; every scenario is played and the
+differing ones counted.
+
+A difference's cause is named only where it is shown (``explain``): a difference of memory is the
+first thing reported, before any decision it leads to; a decision difference with the same memory
+before it is "a different rule", and a named change between the two releases
+(``kvparity.engine.real.changes``) is its cause when undoing that one change in the checked player
+makes the replay decide as the reference.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any
+
+from kvparity.engine.real.changes import changes_between
+from kvparity.engine.traffic_players import ModelTrafficPlayer, RealTrafficPlayer, TrafficPlayer
+from kvparity.engine.traffic_run import TrafficRun
+from kvparity.judge.admission import TrafficJudgement, judge_traffic, traffic_problems
+from kvparity.judge.traffic_classes import traffic_classes
+from kvparity.mem_cache.schedule_policy import POLICIES
+from kvparity.model.classes import TRAFFIC_REQUIRED
+from kvparity.model.traffic import LOOPS, TrafficScenario, traffic_to_dict
+from kvparity.model.traffic_strategies import traffic_scenarios
+from kvparity.run.candidates import traffic_candidates
+from kvparity.run.drive import Finding, Played, Task
+from kvparity.run.minimize import DEFAULT_BUDGET_S
+from kvparity.run.plan import shards
+from kvparity.run.verdict import Verdict
+
+DEFAULT_TRAFFIC_EXAMPLES = 40  # per schedule policy and event loop
+
+
+@dataclass(frozen=True)
+class PlayerSpec:
+    """A player as plain data: kvparity's model of a version ("model", "legacy") or a real SGLang
+    ("real", a release or a folder, as ``--sglang`` takes it)."""
+
+    kind: str
+    name: str
+
+    def build(self) -> TrafficPlayer:
+        if self.kind == "model":
+            return ModelTrafficPlayer(self.name)
+        from kvparity.engine.real.install import resolve
+
+        return RealTrafficPlayer(resolve(self.name))
+
+
+def player_spec(player: Any) -> PlayerSpec:
+    """The plain-data spec of a player (what a job process builds it from)."""
+    player = getattr(player, "player", player)  # a CachingPlayer's own
+    if isinstance(player, ModelTrafficPlayer):
+        return PlayerSpec("model", player.version)
+    source = player.source
+    return PlayerSpec("real", source.path if source.origin == "path" else source.version)
+
+
+@dataclass(frozen=True)
+class SchedulerSpec:
+    reference: PlayerSpec
+    checked: PlayerSpec
+    policies: tuple[str, ...] = POLICIES
+    loops: tuple[str, ...] = LOOPS
+
+    def build(self) -> SchedulerDrive:
+        return SchedulerDrive(self)
+
+
+def with_loop(scenario: TrafficScenario, loop: str) -> TrafficScenario:
+    return dataclasses.replace(scenario, config=dataclasses.replace(scenario.config, loop=loop))
+
+
+class SchedulerDrive:
+    name = "scheduler"
+    counts_all = True
+    required: tuple[str, ...] = TRAFFIC_REQUIRED
+
+    def __init__(self, spec: SchedulerSpec, players: tuple[TrafficPlayer, TrafficPlayer] | None = None) -> None:
+        """``players``: the caller's (reference, checked), closed by the caller; without them, the
+        drive builds its own from ``spec`` and closes them."""
+        self.spec = spec
+        self.owns_players = players is None
+        self.ref_player, self.checked_player = players or (spec.reference.build(), spec.checked.build())
+        self.reference = self.ref_player.name
+        self.checked: tuple[str, ...] = (self.checked_player.name,)
+        self.loops = tuple(loop for loop in spec.loops if loop in self.ref_player.loops and loop in self.checked_player.loops)
+        self.pool = ThreadPoolExecutor(1)  # the reference plays beside the checked player (real ones are processes)
+
+    # ---- drawing ----------------------------------------------------------------------------------
+    def tasks(self, examples: int, seed: int | None) -> list[Task]:
+        """One task per loop both players play and per policy, ``examples`` scenarios each."""
+        return [task for i, loop in enumerate(self.loops) for j, policy in enumerate(self.spec.policies)
+                for task in shards(f"{policy}, {loop} loop", (i, j), examples, seed, i * len(POLICIES) + j)]
+
+    def strategy(self, task: Task) -> Any:
+        loop, policy = self.loops[task.key[0]], self.spec.policies[task.key[1]]
+        return traffic_scenarios(policies=(policy,)).map(lambda scenario: with_loop(scenario, loop))
+
+    # ---- playing and judging ----------------------------------------------------------------------
+    def runs(self, scenario: TrafficScenario) -> tuple[TrafficRun, TrafficRun]:
+        theirs = self.pool.submit(self.ref_player.play, scenario)
+        ours = self.checked_player.play(scenario)
+        return theirs.result(), ours
+
+    def play(self, scenario: TrafficScenario) -> Played:
+        return self.judged(scenario, self.runs(scenario), self.checked_player)
+
+    def judged(self, scenario: TrafficScenario, runs: tuple[TrafficRun, TrafficRun], checked: TrafficPlayer) -> Played:
+        judgement = judge_traffic(scenario, *runs, self.ref_player.world_id, checked.world_id)
+        kind = None if judgement.agree else _kind(judgement)
+        findings = _findings(self.ref_player.name, scenario, runs[0]) + _findings(checked.name, scenario, runs[1])
+        return Played(scenario, judgement.agree, kind, "" if judgement.agree else judgement.line(),
+                      frozenset(traffic_classes(scenario, runs[0])), findings, (runs, judgement))
+
+    def replayer(self, played: Played) -> Callable[[TrafficScenario], Played]:
+        return self.play
+
+    def finding_replayer(self, finding: Finding) -> Callable[[TrafficScenario], Played]:
+        """Only the player the finding was seen in plays (the other's findings are not needed)."""
+        player = self.ref_player if finding.where == self.ref_player.name else self.checked_player
+
+        def replay(scenario: TrafficScenario) -> Played:
+            run = player.play(scenario)
+            return Played(scenario, True, None, "", frozenset(), _findings(player.name, scenario, run), None)
+
+        return replay
+
+    def same(self, played: Played, first: Played) -> bool:
+        """A candidate keeps the difference when its first symptom is of the same kind: an
+        admission difference for an admission difference, the same decision field, ..."""
+        if played.agree or played.kind != first.kind:
+            return False
+        mine, theirs = played.result[1], first.result[1]
+        if first.kind == "decision" and theirs.decision is not None and mine.decision is not None:
+            return mine.decision.field == theirs.decision.field
+        return True
+
+    def candidates(self, scenario: TrafficScenario) -> Iterator[TrafficScenario]:
+        return traffic_candidates(scenario)
+
+    # ---- why ----------------------------------------------------------------------------------------
+    def explain(self, played: Played) -> str | None:
+        """What a difference comes from, where it can be shown. A memory symptom is its own cause
+        (it comes before any decision it leads to). For a decision difference: the memory before it
+        (the same: "a different rule"), both players' accounting at that iteration, and a named
+        change between the two, when undoing it in the checked player makes the replay decide as
+        the reference; else whether the same traffic under fcfs (no ranking) decides alike."""
+        (ref_run, our_run), judgement = played.result
+        if judgement.decision is None:
+            return None
+        at = judgement.decision.iteration
+        if played.kind not in ("admission", "decision"):
+            return (f"the memory differs first ({played.line}), before the decisions do (iteration {at}: "
+                    f"{judgement.decision.line()})")
+        parts = ["before it, none of the memory differs: the same memory, a different rule",
+                 f"accounting at iteration {at}: reference {_accounting(ref_run, at)}; "
+                 f"checked {_accounting(our_run, at)}"]
+        named = self._named_change(played.scenario)
+        if named is not None:
+            parts.append(f"cause: {named} (undone in {self.checked_player.name}, the replay decides as the reference)")
+        elif self._fcfs_agrees(played.scenario):
+            parts.append(f"the waiting queue's ranking under {played.scenario.config.schedule_policy} differs (the "
+                         "same traffic under fcfs decides alike); no named change was shown to cause it")
+        return "\n".join(parts)
+
+    def _named_change(self, scenario: TrafficScenario) -> str | None:
+        for change in changes_between(self.ref_player.release, self.checked_player.release):
+            player = self.checked_player.undone(change)
+            if player is None:
+                continue
+            try:
+                replayed = self.judged(scenario, (self.ref_player.play(scenario), player.play(scenario)), player)
+                if replayed.result[1].decision is None:  # they decide alike
+                    return change.what
+            finally:
+                player.close()
+        return None
+
+    def _fcfs_agrees(self, scenario: TrafficScenario) -> bool:
+        if scenario.config.schedule_policy == "fcfs":
+            return False
+        fcfs = dataclasses.replace(scenario, config=dataclasses.replace(scenario.config, schedule_policy="fcfs"))
+        return self.play(fcfs).agree
+
+    def refuses(self, scenario: TrafficScenario) -> str | None:
+        loop = scenario.config.loop
+        if loop not in self.loops:
+            player = self.ref_player if loop not in self.ref_player.loops else self.checked_player
+            return f"the {loop} loop is not played by {player.name}"
+        return None
+
+    # ---- reporting --------------------------------------------------------------------------------
+    def report(self, played: Played, replay: str | None = None) -> str:
+        (ref_run, our_run), judgement = played.result
+        lines = [f"kvparity: the schedulers differ: {judgement.line()}", ""]
+        for what, items in (("memory oracles the checked run broke", judgement.problems),
+                            ("reads of wrong KV only the checked run made", judgement.canary),
+                            ("in-flight findings the reference lacks", judgement.inflight_only_other)):
+            if items:
+                lines += [f"{what}:"] + [f"  {item.line()}" for item in items[:6]] + [""]
+        lines += ["scenario:", played.scenario.to_python()]
+        if replay is not None:
+            lines += ["", f"replay: {replay}"]
+        return "\n".join(lines)
+
+    def header(self, verdict: Verdict) -> list[str]:
+        """One row per schedule policy and event loop: scenarios, how many differ, of what kind first."""
+        lines = [f"scheduler-driven: {self.checked_player.name} against {self.reference} (reference)",
+                 f"{'policy, loop':<24} {'scenarios':>9} {'differ':>7}  verdict"]
+        for row in verdict.rows:
+            kinds = ", ".join(f"{k} {n}" for k, n in row.kinds.most_common())
+            lines.append(f"{row.task:<24} {row.scenarios:>9} {row.differing:>7}  "
+                         f"{'parity' if row.verdict == 'parity' else 'DIVERGENCE'}" + (f" ({kinds})" if kinds else ""))
+        return lines
+
+    def summary(self, verdict: Verdict) -> str:
+        """What differs, by the kind of each differing row's first difference, under which
+        policies (and loop, when only one), and the policies under which nothing does."""
+        rows = [(self.spec.policies[r.key[1]], self.loops[r.key[0]], r) for r in verdict.rows]
+        policies = list(dict.fromkeys(p for p, _, _ in rows))
+        if verdict.verdict == "parity":
+            return "PARITY under " + ", ".join(policies)
+        groups: dict[str, list[tuple[str, str]]] = {}
+        for policy, loop, row in rows:
+            if row.first is not None:
+                groups.setdefault(KIND_WORDS.get(row.first.found.kind or "", "decisions differ"), []).append((policy, loop))
+        all_loops = {loop for _, loop, _ in rows}
+        parts = []
+        for what, where in groups.items():
+            loops = list(dict.fromkeys(loop for _, loop in where))
+            at = "" if set(loops) == all_loops else f" ({', '.join(loops)} loop)"
+            parts.append(f"{what} under {', '.join(dict.fromkeys(p for p, _ in where))}{at}")
+        same = [p for p in policies if all(r.verdict == "parity" for q, _, r in rows if q == p)]
+        return "DIVERGENCE: " + "; ".join(parts + (["parity under " + ", ".join(same)] if same else []))
+
+    def finding_kind(self, label: str) -> str:
+        return "found in a player's own runs"
+
+    def size(self, scenario: TrafficScenario) -> str:
+        requests = sum(len(group) for group in scenario.arrivals)
+        return f"{requests} requests over {len(scenario.arrivals)} iterations"
+
+    def to_dict(self, scenario: TrafficScenario) -> dict[str, Any]:
+        return traffic_to_dict(scenario)
+
+    def close(self) -> None:
+        self.pool.shutdown(wait=True)
+        if self.owns_players:
+            self.ref_player.close()
+            self.checked_player.close()
+
+
+KIND_WORDS = {"admission": "admission differs", "decision": "decisions differ",
+              "inflight": "in-flight findings the reference lacks", "error": "the scheduler stopped on an error",
+              "outputs": "outputs differ", "memory": "memory differs under the same decisions",
+              "oracle": "memory oracles fail", "canary": "reads of wrong KV (canary)"}
+
+
+def _kind(judgement: TrafficJudgement) -> str:
+    kind = judgement.kind
+    return "admission" if kind == "decision" and judgement.admission else kind
+
+
+def _findings(player: str, scenario: TrafficScenario, run: TrafficRun) -> tuple[Finding, ...]:
+    """What one player's run found, per kind (a property of the player; a divergence only where the
+    judgement says so): in-flight findings by kind, class and harm, reads of wrong KV, memory
+    oracles broken, an error it stopped on."""
+    found: dict[str, str] = {}
+    for finding in run.inflight:
+        found.setdefault(f"{player}: in flight, {finding.kind} ({finding.cls}, {finding.harm})", finding.line())
+    for read in run.canary:
+        found.setdefault(f"{player}: KV canary: a read of wrong KV at a launch", f"iteration {read.iteration}: {read.line()}")
+    for problem in traffic_problems(scenario, run):
+        found.setdefault(f"{player}: memory oracle: {problem.oracle}", problem.line())
+    if run.error is not None:
+        found.setdefault(f"{player}: the scheduler raised", f"iteration {run.error.iteration}: {run.error.message}")
+    return tuple(Finding(label, player, line) for label, line in found.items())
+
+
+def _accounting(run: TrafficRun, iteration: int) -> str:
+    """The accounting a run's admission reckoned with at ``iteration`` (its snapshot's)."""
+    if iteration >= len(run.memory) or not run.memory[iteration].accounting:
+        return "not recorded"
+    return ", ".join(f"{name} {value:g}" for name, value in run.memory[iteration].accounting)
+
+
+def check_scheduler(reference: TrafficPlayer, checked: TrafficPlayer, *, examples: int = DEFAULT_TRAFFIC_EXAMPLES,
+                    policies: tuple[str, ...] = POLICIES, loops: tuple[str, ...] = LOOPS, seed: int | None = None,
+                    shrink_budget_s: float | None = DEFAULT_BUDGET_S, events: Any = None) -> Verdict:
+    """A scheduler-driven sweep of two players (the caller's, left open) in one call, in this process
+    (tests and scripts use it)."""
+    from kvparity.run.plan import FINDING_BUDGET_S, SweepPlan
+    from kvparity.run.sweep import sweep
+
+    spec = SchedulerSpec(player_spec(reference), player_spec(checked), policies, loops)
+    drive = SchedulerDrive(spec, players=(reference, checked))
+    try:
+        plan = SweepPlan(spec, tuple(drive.tasks(examples, seed)), shrink_budget_s, FINDING_BUDGET_S)
+        return sweep(drive, plan, events=events)
+    finally:
+        drive.close()

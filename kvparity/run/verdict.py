@@ -1,0 +1,188 @@
+"""What a sweep of either drive tells its caller: one ``Verdict``, its rows (one per task: a scenario
+template, or a schedule policy under an event loop), the first difference of each row as found and
+shrunk (``Example``), the classes reached and the findings; and its one JSON schema (``to_json``),
+which ``kvparity check --json`` writes for either drive."""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any
+
+from kvparity.run.drive import Played
+from kvparity.run.minimize import Shrunk
+
+
+@dataclass
+class Example:
+    """A scenario that showed something (a difference, or a finding), as first found and, when
+    shrinking ran, shrunk: ``shown`` is what a report shows."""
+
+    found: Played
+    task: str = ""
+    where: str = ""  # for a finding: the world or player it was seen in
+    shrunk: Shrunk | None = None
+    shrunk_played: Played | None = None
+    cause: str | None = None  # for a difference: what causes it, where that was shown
+    found_after_s: float | None = None  # seconds into the run it was found
+
+    @property
+    def shown(self) -> Played:
+        return self.shrunk_played if self.shrunk_played is not None else self.found
+
+    def line(self, label: str | None = None) -> str:
+        """For a difference, its line; for a finding, what was seen (``label``'s)."""
+        played = self.shown
+        if label is None:
+            return played.line
+        return next((f.line for f in played.findings if f.label == label), played.line)
+
+
+@dataclass
+class Row:
+    """One task of a sweep (its shards merged)."""
+
+    task: str
+    key: tuple[Any, ...] = ()  # the task's key (the drive's own: (template index,), (loop index, policy index))
+    scenarios: int = 0
+    differing: int = 0
+    kinds: Counter[str] = field(default_factory=Counter)  # differing scenarios by their first difference's kind
+    first: Example | None = None
+    classes: Counter[str] = field(default_factory=Counter)  # scenarios reaching each class
+    findings: Counter[str] = field(default_factory=Counter)  # scenarios meeting each finding
+    finding_examples: dict[str, Example] = field(default_factory=dict)
+    seconds: float = 0.0
+    cancelled: bool = False  # stopped early: another task's failure ended the run
+
+    @property
+    def verdict(self) -> str:
+        return "parity" if self.differing == 0 else "divergence"
+
+    def count(self, played: Played, task: str) -> None:
+        """One scenario's share: counted, its classes and findings, the row's first difference."""
+        self.scenarios += 1
+        self.classes.update(played.classes)
+        for label in dict.fromkeys(f.label for f in played.findings):
+            self.findings[label] += 1
+            if label not in self.finding_examples:
+                where = next(f.where for f in played.findings if f.label == label)
+                self.finding_examples[label] = Example(played, task, where)
+        if not played.agree:
+            self.differing += 1
+            self.kinds[played.kind or "?"] += 1
+            if self.first is None:
+                self.first = Example(played, task)
+
+    def merge(self, other: Row) -> None:
+        """Another shard of the same task, played after this one."""
+        self.scenarios += other.scenarios
+        self.differing += other.differing
+        self.kinds.update(other.kinds)
+        self.classes.update(other.classes)
+        self.findings.update(other.findings)
+        for label, example in other.finding_examples.items():
+            self.finding_examples.setdefault(label, example)
+        self.first = self.first or other.first
+        self.seconds += other.seconds
+        self.cancelled = self.cancelled or other.cancelled
+
+
+@dataclass
+class Verdict:
+    drive: str
+    reference: str
+    checked: tuple[str, ...]
+    rows: list[Row]
+    required: tuple[str, ...]  # the classes a run should reach
+    seconds: float = 0.0
+    counts_all: bool = False  # every scenario played (else the run stopped at its first difference)
+    facts: dict[str, Any] = field(default_factory=dict)  # what the run learnt of its worlds (kernels, GPUs)
+    summary_line: str = ""  # the drive's one-line summary (``kvparity.report.console.summary``)
+
+    @property
+    def verdict(self) -> str:
+        return "parity" if all(r.differing == 0 for r in self.rows) else "divergence"
+
+    @property
+    def scenarios(self) -> int:
+        return sum(r.scenarios for r in self.rows)
+
+    @property
+    def differing(self) -> int:
+        return sum(r.differing for r in self.rows)
+
+    @property
+    def classes(self) -> Counter[str]:
+        total: Counter[str] = Counter()
+        for row in self.rows:
+            total.update(row.classes)
+        return total
+
+    @property
+    def required_reached(self) -> list[str]:
+        return [c for c in self.required if self.classes[c]]
+
+    @property
+    def findings(self) -> Counter[str]:
+        total: Counter[str] = Counter()
+        for row in self.rows:
+            total.update(row.findings)
+        return total
+
+    def finding_example(self, label: str) -> Example | None:
+        """The first example of ``label``: a shrunk one where there is one."""
+        examples = [r.finding_examples[label] for r in self.rows if label in r.finding_examples]
+        return next((e for e in examples if e.shrunk is not None), examples[0] if examples else None)
+
+    @property
+    def first(self) -> Example | None:
+        """The run's first difference: the one found first in time (in one process, the first task's)."""
+        found = [r.first for r in self.rows if r.first is not None]
+        timed = [e for e in found if e.found_after_s is not None]
+        return min(timed, key=lambda e: e.found_after_s or 0.0) if timed else (found[0] if found else None)
+
+    @property
+    def shrunk(self) -> Example | None:
+        """The first difference that was shrunk, else the first."""
+        return next((r.first for r in self.rows if r.first is not None and r.first.shrunk is not None), self.first)
+
+
+def example_json(example: Example | None, drive: Any) -> dict[str, Any] | None:
+    if example is None:
+        return None
+    shown = example.shown
+    return {
+        "task": example.task, "line": example.found.line, "scenario": drive.to_dict(example.found.scenario),
+        "found_after_s": None if example.found_after_s is None else round(example.found_after_s, 1),
+        "shrunk": None if example.shrunk is None else {
+            "line": shown.line, "scenario": drive.to_dict(shown.scenario), "tried": example.shrunk.tried,
+            "complete": example.shrunk.complete, "seconds": round(example.shrunk.seconds, 1)},
+        "cause": example.cause, "where": example.where or None,
+    }
+
+
+def to_json(verdict: Verdict, drive: Any) -> dict[str, Any]:
+    """The verdict as JSON-ready data: the one schema of ``kvparity check --json``, either drive."""
+    return {
+        "drive": verdict.drive,
+        "verdict": verdict.verdict,
+        "summary": verdict.summary_line,
+        "reference": verdict.reference,
+        "checked": list(verdict.checked),
+        "scenarios": verdict.scenarios,
+        "differing": verdict.differing,
+        "stopped_at_first_difference": not verdict.counts_all and verdict.verdict != "parity",
+        "rows": [{
+            "task": r.task, "scenarios": r.scenarios, "differing": r.differing, "verdict": r.verdict,
+            "kinds": dict(sorted(r.kinds.items())), "classes": dict(sorted(r.classes.items())),
+            "first": example_json(r.first, drive), "seconds": round(r.seconds, 1),
+        } for r in verdict.rows],
+        "classes": {c: verdict.classes[c] for c in verdict.required},
+        "classes_reached": verdict.required_reached,
+        "classes_required": len(verdict.required),
+        "findings": {label: {"scenarios": n, "first": example_json(verdict.finding_example(label), drive)}
+                     for label, n in sorted(verdict.findings.items())},
+        "first_difference": example_json(verdict.first, drive),
+        "facts": verdict.facts,
+        "seconds": round(verdict.seconds, 1),
+    }
