@@ -27,6 +27,9 @@ class DecisionDifference:
     other: Any
 
     def line(self) -> str:
+        if self.field == "iterations":
+            return (f"iteration {self.iteration}: the reference ran {self.reference} iterations, the other run "
+                    f"{self.other}")
         return f"iteration {self.iteration}: {self.field} {_shown(self.reference)!r} != {_shown(self.other)!r}"
 
     @property
@@ -41,10 +44,12 @@ def _shown(value: Any) -> Any:
 
 def first_decision_difference(reference: Sequence[Decision], other: Sequence[Decision]) -> DecisionDifference | None:
     """The first iteration, and the first of ``DECISIONS``, where ``other`` decided otherwise than
-    ``reference``; an iteration one run has and the other has not is a difference in "mode"."""
+    ``reference``; an iteration one run has and the other has not is a difference in "iterations"
+    (how many each ran)."""
     for index in range(max(len(reference), len(other))):
-        ref = reference[index] if index < len(reference) else None
-        got = other[index] if index < len(other) else None
+        if index >= min(len(reference), len(other)):  # one run ended (or stopped) before the other
+            return DecisionDifference(index, "iterations", len(reference), len(other))
+        ref, got = reference[index], other[index]
         for name in DECISIONS:
             a, b = getattr(ref, name, None), getattr(got, name, None)
             if a != b:

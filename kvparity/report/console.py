@@ -30,6 +30,10 @@ def console_lines(verdict: Verdict, drive: Any, replay: Callable[[str, Any], str
         if row.first is not None and (verdict.counts_all or row.first is verdict.shrunk):
             lines += ["", *difference_lines(row.first, drive, replay, f"{row.task}: {row.differing} of "
                                             f"{row.scenarios} scenarios differ" if verdict.counts_all else None)]
+        for kind, example in sorted(row.kind_examples.items()):
+            if example.shrunk is not None:  # the run's first of that kind (shrunk once per run)
+                lines += ["", *difference_lines(example, drive, replay, f"{row.task}: {row.kinds[kind]} scenarios "
+                                                f"differ first in {kind}", kind)]
     for gpu, count in sorted(verdict.facts.get("scenarios_per_gpu", {}).items()):
         lines.append(f"GPU {gpu}: {count} scenarios")
     lines.append(verdict_line(verdict))
@@ -71,11 +75,12 @@ def first_seen(example: Example, drive: Any, label: str) -> str:
     return f"first seen{shrunk}{where}: {example.line(label)}\n{example.shown.scenario.to_python()}"
 
 
-def difference_lines(example: Example, drive: Any, replay: Callable[[str, Any], str], title: str | None) -> list[str]:
-    """A first difference: as found (or, counting, in one line), then shrunk, its cause, the scenario
-    and the command that replays it."""
+def difference_lines(example: Example, drive: Any, replay: Callable[[str, Any], str], title: str | None,
+                     kind: str = "") -> list[str]:
+    """A first difference (the first of ``kind``, when given): as found (or, counting, in one line),
+    then shrunk, its cause, the scenario and the command that replays it."""
     shown, shrink = example.shown, example.shrunk
-    name = f"counterexample-{example.task}".replace(" ", "-").replace(",", "")
+    name = f"counterexample-{example.task}{'-' + kind if kind else ''}".replace(" ", "-").replace(",", "")
     if title is None:  # a drive that stops: the whole report of the shrunk counterexample
         return [shrink_head(example, drive), drive.report(shown, replay=replay(name, shown.scenario))]
     lines = [f"{title}; the first: {example.found.line}"]

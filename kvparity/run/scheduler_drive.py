@@ -151,40 +151,54 @@ class SchedulerDrive:
 
     # ---- why ----------------------------------------------------------------------------------------
     def explain(self, played: Played) -> str | None:
-        """What a difference comes from, where it can be shown. A memory symptom is its own cause
-        (it comes before any decision it leads to). For a decision difference: the memory before it
-        (the same: "a different rule"), both players' accounting at that iteration, and a named
-        change between the two, when undoing it in the checked player makes the replay decide as
-        the reference; else whether the same traffic under fcfs (no ranking) decides alike."""
+        """What a difference comes from, where it can be shown. A memory symptom (a memory
+        difference, a broken oracle, a read of wrong KV) is reported first, before any decision it
+        leads to. For a decision difference: the memory before it (the same: "a different rule") and
+        both players' accounting at that iteration. For either: a named change between the two,
+        when undoing that one change in the checked player makes the difference go in a replay;
+        else, for a decision under a ranking policy, whether the same traffic under fcfs (no
+        ranking) decides alike."""
         (ref_run, our_run), judgement = played.result
-        if judgement.decision is None:
+        decided = played.kind in ("admission", "decision")
+        if decided and judgement.decision is not None:
+            at = judgement.decision.iteration
+            parts = ["before it, none of the memory differs: the same memory, a different rule",
+                     f"accounting at iteration {at}: reference {_accounting(ref_run, at)}; "
+                     f"checked {_accounting(our_run, at)}"]
+        elif not decided:
+            later = "" if judgement.decision is None else \
+                f"; the decisions differ only later ({judgement.decision.line()})"
+            parts = [f"the memory differs first, under the same decisions{later}"]
+        else:
             return None
-        at = judgement.decision.iteration
-        if played.kind not in ("admission", "decision"):
-            return (f"the memory differs first ({played.line}), before the decisions do (iteration {at}: "
-                    f"{judgement.decision.line()})")
-        parts = ["before it, none of the memory differs: the same memory, a different rule",
-                 f"accounting at iteration {at}: reference {_accounting(ref_run, at)}; "
-                 f"checked {_accounting(our_run, at)}"]
-        named = self._named_change(played.scenario)
+        named = self._named_change(played)
         if named is not None:
-            parts.append(f"cause: {named} (undone in {self.checked_player.name}, the replay decides as the reference)")
-        elif self._fcfs_agrees(played.scenario):
+            parts.append(f"cause: {named} (undone in {self.checked_player.name}, the replay no longer differs so)")
+        elif decided and self._fcfs_agrees(played.scenario):
             parts.append(f"the waiting queue's ranking under {played.scenario.config.schedule_policy} differs (the "
                          "same traffic under fcfs decides alike); no named change was shown to cause it")
+        elif not decided:
+            parts.append("no named change was shown to cause it")
         return "\n".join(parts)
 
-    def _named_change(self, scenario: TrafficScenario) -> str | None:
+    def _named_change(self, played: Played) -> str | None:
+        """The change between the two releases whose undoing (in the checked player) makes the
+        replay of ``played``'s scenario lose its difference: decide alike for a decision, the same
+        memory (nothing of the first symptom's kind) otherwise."""
+        scenario = played.scenario
         for change in changes_between(self.ref_player.release, self.checked_player.release):
             player = self.checked_player.undone(change)
             if player is None:
                 continue
             try:
                 replayed = self.judged(scenario, (self.ref_player.play(scenario), player.play(scenario)), player)
-                if replayed.result[1].decision is None:  # they decide alike
-                    return change.what
             finally:
                 player.close()
+            judgement = replayed.result[1]
+            gone = judgement.decision is None if played.kind in ("admission", "decision") else (
+                replayed.agree or replayed.kind in ("admission", "decision", "outputs"))
+            if gone:
+                return change.what
         return None
 
     def _fcfs_agrees(self, scenario: TrafficScenario) -> bool:
@@ -225,7 +239,7 @@ class SchedulerDrive:
         return lines
 
     def summary(self, verdict: Verdict) -> str:
-        """What differs, by the kind of each differing row's first difference, under which
+        """What differs, by kind (each kind a row's differing scenarios showed first), under which
         policies (and loop, when only one), and the policies under which nothing does."""
         rows = [(self.spec.policies[r.key[1]], self.loops[r.key[0]], r) for r in verdict.rows]
         policies = list(dict.fromkeys(p for p, _, _ in rows))
@@ -233,8 +247,8 @@ class SchedulerDrive:
             return "PARITY under " + ", ".join(policies)
         groups: dict[str, list[tuple[str, str]]] = {}
         for policy, loop, row in rows:
-            if row.first is not None:
-                groups.setdefault(KIND_WORDS.get(row.first.found.kind or "", "decisions differ"), []).append((policy, loop))
+            for kind in sorted(row.kinds, key=lambda k: list(KIND_WORDS).index(k) if k in KIND_WORDS else 99):
+                groups.setdefault(KIND_WORDS.get(kind, "decisions differ"), []).append((policy, loop))
         all_loops = {loop for _, loop, _ in rows}
         parts = []
         for what, where in groups.items():

@@ -98,6 +98,9 @@ def play_tasks(tasks: list[Task], plan: SweepPlan, drive: Drive, events: SweepEv
         stop = _play_task(task, drive, events, outcome)
         if outcome.row.first is not None:
             _shrink_first(outcome.row.first, plan, drive, events)
+        for kind, example in outcome.row.kind_examples.items():  # once per run each (a counting drive's)
+            if events.claim(f"difference of kind {kind}"):
+                _shrink_first(example, plan, drive, events)
         _shrink_findings(outcome.row, plan, drive, events)
         outcome.row.seconds = time.monotonic() - t0
         if stop:

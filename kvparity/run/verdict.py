@@ -48,6 +48,8 @@ class Row:
     differing: int = 0
     kinds: Counter[str] = field(default_factory=Counter)  # differing scenarios by their first difference's kind
     first: Example | None = None
+    # The first differing scenario of each other kind (the row's first is its own kind's).
+    kind_examples: dict[str, Example] = field(default_factory=dict)
     classes: Counter[str] = field(default_factory=Counter)  # scenarios reaching each class
     findings: Counter[str] = field(default_factory=Counter)  # scenarios meeting each finding
     finding_examples: dict[str, Example] = field(default_factory=dict)
@@ -69,9 +71,12 @@ class Row:
                 self.finding_examples[label] = Example(played, task, where)
         if not played.agree:
             self.differing += 1
-            self.kinds[played.kind or "?"] += 1
+            kind = played.kind or "?"
+            self.kinds[kind] += 1
             if self.first is None:
                 self.first = Example(played, task)
+            elif kind != self.first.found.kind and kind not in self.kind_examples:
+                self.kind_examples[kind] = Example(played, task)
 
     def merge(self, other: Row) -> None:
         """Another shard of the same task, played after this one."""
@@ -83,6 +88,9 @@ class Row:
         for label, example in other.finding_examples.items():
             self.finding_examples.setdefault(label, example)
         self.first = self.first or other.first
+        for kind, example in other.kind_examples.items():
+            if self.first is None or kind != self.first.found.kind:
+                self.kind_examples.setdefault(kind, example)
         self.seconds += other.seconds
         self.cancelled = self.cancelled or other.cancelled
 
@@ -175,7 +183,9 @@ def to_json(verdict: Verdict, drive: Any) -> dict[str, Any]:
         "rows": [{
             "task": r.task, "scenarios": r.scenarios, "differing": r.differing, "verdict": r.verdict,
             "kinds": dict(sorted(r.kinds.items())), "classes": dict(sorted(r.classes.items())),
-            "first": example_json(r.first, drive), "seconds": round(r.seconds, 1),
+            "first": example_json(r.first, drive),
+            "first_of_each_kind": {k: example_json(e, drive) for k, e in sorted(r.kind_examples.items())},
+            "seconds": round(r.seconds, 1),
         } for r in verdict.rows],
         "classes": {c: verdict.classes[c] for c in verdict.required},
         "classes_reached": verdict.required_reached,
