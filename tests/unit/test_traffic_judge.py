@@ -106,7 +106,7 @@ def test_the_verdict_line_says_what_differs_under_which_policy_and_loop():
 
     from kvparity.model.classes import TRAFFIC_REQUIRED
     from kvparity.run.scheduler_drive import PlayerSpec, SchedulerDrive, SchedulerSpec
-    from kvparity.run.verdict import Example, Row, Verdict
+    from kvparity.run.verdict import Row, Verdict
 
     players = tuple(SimpleNamespace(name=name, loops=("normal", "overlap"), world_id=WORLD) for name in ("a", "b"))
     spec = SchedulerSpec(PlayerSpec("model", "legacy"), PlayerSpec("model", "refactored"), ("fcfs", "lpm"),
@@ -123,11 +123,14 @@ def test_the_verdict_line_says_what_differs_under_which_policy_and_loop():
         def verdict() -> Verdict:
             return Verdict("scheduler", drive.reference, drive.checked, rows, TRAFFIC_REQUIRED, counts_all=True)
 
-        rows[1].differing, rows[1].first = 1, Example(order, rows[1].task)
-        rows[3].differing, rows[3].first = 1, Example(order, rows[3].task)
+        rows[1].count(order, rows[1].task)
+        rows[3].count(order, rows[3].task)
         assert drive.summary(verdict()) == "DIVERGENCE: admission differs under lpm; parity under fcfs"
-        rows[2].differing, rows[2].first = 1, Example(rewrite, rows[2].task)
+        rows[2].count(rewrite, rows[2].task)
         assert drive.summary(verdict()) == (
             "DIVERGENCE: admission differs under lpm; in-flight findings the reference lacks under fcfs (overlap loop)")
+        rows[3].count(rewrite, rows[3].task)  # a second kind in one row: named too, in the order of the kinds
+        assert drive.summary(verdict()) == ("DIVERGENCE: admission differs under lpm; in-flight findings the "
+                                            "reference lacks under fcfs, lpm (overlap loop)")
     finally:
         drive.close()

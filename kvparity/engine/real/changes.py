@@ -51,6 +51,11 @@ CHANGES: tuple[Change, ...] = (
            "pages instead of before (free-list order)"),
     Change("0.5.3.post2", BEHAVIOUR, "a finished request with no output token caches its whole prompt, not all but the "
            "last token"),
+    Change("0.5.3.post2", BEHAVIOUR, "ScheduleBatch.release_req (a retraction) releases through "
+           "cache_finished_req(req, is_insert=False), which frees the row up to the request's own tokens, no longer up "
+           "to the batch's sequence length: in the overlap loop the slot the batch still in flight allocated for a "
+           "request retracted meanwhile is freed by nobody (process_batch_result skips retracted requests): one KV slot "
+           "leaks per such retraction (found by the scheduler-driven memory oracles)"),
     Change("0.5.4", RENUMBERING, "Req.reset_for_retract keeps req_pool_idx (the row is free all the same)"),
     Change("0.5.5.post1", BEHAVIOUR, "release lengths follow kv_committed_len (aborted or mid-chunk requests release only "
            "what they were given); one access time per matched path (LRU ties)", "#12224"),
