@@ -189,15 +189,19 @@ def markdown(doc: dict) -> str:
     lines = [f"{drive.capitalize()}-driven matrix: {doc['plan']['examples']} {unit} (seed "
              f"{doc['plan']['seed'] if doc['plan']['seed'] is not None else 'derandomized'}).", "",
              "| reference | release | label | verdict | differing (task: n/played) | first difference | why | "
-             "release changes on this path |", "|---|---|---|---|---|---|---|---|"]
+             "known differences met | release changes on this path |", "|---|---|---|---|---|---|---|---|---|"]
     for row in doc["pairs"]:
         differ = "; ".join(f"{r['task']}: {r['differing']}/{r['scenarios']}" for r in row["rows"] if r["differing"]) or "-"
         first = row["first_difference"] or {}
         shown = (first.get("shrunk") or first).get("line") or "-"
         changes = "; ".join(f"{c['kind']}: {c['what']}" + (f" ({c['pull_request']})" if c["pull_request"] else "")
                             for c in row["release_changes"]) or "-"
+        players = (row["reference"], *row["checked"])
+        known = "; ".join(f"{label} ({n['scenarios']})" for label, n in row["findings"].items()
+                          if not label.startswith(players)) or "-"  # a player's own: in the table of releases
         lines.append(f"| {row['reference_release']} | {row['other_release']} | {row['label']} | {_cell(row['summary'])} | "
-                     f"{_cell(differ)} | {_cell(shown)} | {_cell(first.get('cause') or '-')} | {_cell(changes)} |")
+                     f"{_cell(differ)} | {_cell(shown)} | {_cell(first.get('cause') or '-')} | {_cell(known)} | "
+                     f"{_cell(changes)} |")
     lines += ["", "What each release's own runs found (scenarios reaching each; a divergence only where the "
               "reference has none of it), and what playing it cost:", "",
               "| release | scenarios | findings | first of each | costs |", "|---|---|---|---|---|"]
