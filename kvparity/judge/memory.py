@@ -115,7 +115,7 @@ def first_memory_difference(ref_id: WorldId, ref: Sequence[Snapshot], world: Wor
         if not (ref_id.real and world.real and ref_id.release != world.release):
             return MemoryDifference(ref[i].record.step, bad[0].what, bad[0].detail[:300]), known
         verdict = renumbering_verdict(list(ref[:n]), list(got[:n]), page_size, exact=False,
-                                      known=known_between(ref_id, world))
+                                      known=known_between(ref_id, world), per_iteration=True)
         if verdict.verdict == DIVERGENT:
             at = ref[verdict.stage or 0].record.step
             return MemoryDifference(at, verdict.what or "memory", verdict.detail or ""), known | verdict.findings

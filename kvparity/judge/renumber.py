@@ -109,6 +109,12 @@ class Bijection:
             if b is not None and b in got_set:
                 del self.forward[a], self.backward[b]
 
+    def forget(self, a: int | None = None, b: int | None = None) -> None:
+        """Forget the pair holding reference ``a`` or other ``b`` (free on both sides meanwhile)."""
+        a = self.backward.get(b) if a is None and b is not None else a
+        if a is not None and a in self.forward:
+            del self.backward[self.forward.pop(a)]
+
     def agrees(self, a: int, b: int) -> bool:
         """Whether pairing ``a`` with ``b`` contradicts no pair made so far (nothing is paired)."""
         return self.forward.get(a, b) == b and self.backward.get(b, a) == a
@@ -120,9 +126,11 @@ class Bijection:
 class Renumbering:
     """The row and page bijections of one pair of runs, checked stage by stage."""
 
-    def __init__(self, page_size: int, known: frozenset[str] = frozenset()) -> None:
+    def __init__(self, page_size: int, known: frozenset[str] = frozenset(), *, per_iteration: bool = False) -> None:
         self.page_size = page_size
         self.known = known  # known release differences between the two runs, excused and recorded
+        # Snapshots once a scheduler iteration (not once a stage): see ``_handed_out_again``.
+        self.per_iteration = per_iteration
         self.findings: set[str] = set()
         self.rows = Bijection("row")
         self.pages = Bijection("page")
@@ -155,6 +163,9 @@ class Renumbering:
         r, g = ref.record, got.record
         if (r.kind, r.rids, r.outcome) != (g.kind, g.rids, g.outcome):
             raise Mismatch("stage", f"stage: {g.describe()!r} against the reference's {where!r}")
+        if self.per_iteration:  # what an iteration freed and evicted says more than a page map
+            self._sizes(ref, got, where)
+            self._handed_out_again(ref, got)
         for i, (a, b) in enumerate(zip(r.rows, g.rows)):
             self.rows.pair(a, b, f"{where}, rows[{i}]")
         if len(r.rows) != len(g.rows):
@@ -165,6 +176,30 @@ class Renumbering:
         self._table(ref, got, where)
         self._tree(ref, got, where)
         self._free(ref, got, where)
+
+    def _handed_out_again(self, ref: Snapshot, got: Snapshot) -> None:
+        """An iteration can free a page or a row and hand it out again (a request finishes on the
+        result, the next batch allocates), so a snapshot once an iteration may never see it free.
+        A page this iteration's batch writes, or a row it runs, whose partner is free now or is
+        also the batch's on the other side, was free on both sides within the iteration: its pair
+        is forgotten, as a pair seen free on both sides is (a page still read elsewhere, by the
+        tree or a row, is paired again there and must agree). A row the batch ran is compared up
+        to its sequence length while it is paired: its request may finish within the iteration,
+        and the cells past it are an earlier owner's."""
+        ps, r, g = self.page_size, ref.record, got.record
+        new_a = {s // ps for s in r.out_cache_loc or () if s >= 0}
+        new_b = {s // ps for s in g.out_cache_loc or () if s >= 0}
+        free_a = {int(p) for p in ref.free_pages.tolist() + ref.release_pages.tolist()}
+        free_b = {int(p) for p in got.free_pages.tolist() + got.release_pages.tolist()}
+        # Free on both sides now: forgotten before this iteration's cells are paired (a free row's
+        # stale cells may name a page the iteration handed out again).
+        self.pages.release(list(free_a), list(free_b))
+        self.rows.release(list(ref.free_rows), list(got.free_rows))
+        _forget_reused(self.pages, new_a, new_b, free_a, free_b)
+        _forget_reused(self.rows, set(r.rows), set(g.rows), set(ref.free_rows), set(got.free_rows))
+        self.row_extent = {row: n for row, n in self.row_extent.items() if row in self.rows.forward}
+        for row, seq_len in zip(r.rows, r.seq_lens):
+            self.row_extent[row] = max(self.row_extent.get(row, 0), seq_len)
 
     def _requests(self, ref: Snapshot, got: Snapshot, where: str) -> None:
         for rid, a in ref.requests.items():
@@ -267,10 +302,13 @@ class Renumbering:
         self.slots([t[3] for t in a_tokens], [t[3] for t in b_tokens], f"{where}, tree tokens", "tree")
         self.findings.add(split)
 
-    def _free(self, ref: Snapshot, got: Snapshot, where: str) -> None:
+    def _sizes(self, ref: Snapshot, got: Snapshot, where: str) -> None:
         for size in ("available_size", "evictable_size", "protected_size"):
             if getattr(ref, size) != getattr(got, size):
                 raise Mismatch(size, f"{where}: {size} {getattr(got, size)} against {getattr(ref, size)}")
+
+    def _free(self, ref: Snapshot, got: Snapshot, where: str) -> None:
+        self._sizes(ref, got, where)
         free_a = ref.free_pages.tolist() + ref.release_pages.tolist()
         free_b = got.free_pages.tolist() + got.release_pages.tolist()
         self.pages.same_set(free_a, free_b, f"{where}, free pages")
@@ -280,19 +318,30 @@ class Renumbering:
         self.row_extent = {row: n for row, n in self.row_extent.items() if row in self.rows.forward}
 
 
+def _forget_reused(pairs: Bijection, new_a: set[int], new_b: set[int], free_a: set[int], free_b: set[int]) -> set[int]:
+    """Forget each pair one of whose members is handed out anew while the other is free or handed
+    out anew too (``Renumbering._handed_out_again``); the reference members forgotten."""
+    gone = {a for a in new_a if pairs.forward.get(a) in new_b | free_b}
+    gone |= {a for b in new_b if (a := pairs.backward.get(b)) is not None and a in new_a | free_a}
+    for a in gone:
+        pairs.forget(a=a)
+    return gone
+
+
 def _left_row(view) -> bool:
     """A view prefix into a row its request no longer owns (kvparity.judge.compare's alias rule)."""
     return view.alias_row is not None and (view.alias_row != view.req_pool_idx or view.status == "finished")
 
 
 def renumbering_verdict(ref: list[Snapshot], got: list[Snapshot], page_size: int, *, exact: bool,
-                        known: frozenset[str] = frozenset()) -> RenumberVerdict:
+                        known: frozenset[str] = frozenset(), per_iteration: bool = False) -> RenumberVerdict:
     """``exact``: the caller's exact comparison found no difference. Otherwise, is there one
     consistent renumbering of rows and pages that explains every stage, the ``known`` release
-    differences between the two runs excused (and recorded in ``findings`` where met)?"""
+    differences between the two runs excused (and recorded in ``findings`` where met)?
+    ``per_iteration``: the snapshots are a scheduler's, once an iteration."""
     if exact:
         return RenumberVerdict(EXACT)
-    renumbering = Renumbering(page_size, known)
+    renumbering = Renumbering(page_size, known, per_iteration=per_iteration)
     index = 0
     try:
         for a, b in zip(ref, got):

@@ -156,3 +156,42 @@ def test_a_divergence_carries_the_kind_of_what_failed_as_data():
     assert renumbering_verdict(run((1, 2), 3), run((3, 1), 1), 1, exact=False).what == "page map"
     assert renumbering_verdict(run((1, 2), 3), run((3, 1), 4, fill=(5, 7)), 1, exact=False).what == "fill_ids"
     assert renumbering_verdict(run((1, 2), 3), run((3, 1), 4), 1, exact=False).what is None
+
+
+# ---- snapshots once a scheduler iteration (``per_iteration``) ---------------------------------------
+def _finish_and_reuse(slot):
+    """r0 prefills into row 0 (slots 1, 2); in the next iteration it finishes (its slots freed)
+    and r1's prefill, in row 1, is handed ``slot``: freed and handed out again between two
+    snapshots when ``slot`` is 1."""
+    waiting = {"r0": view(None, status="waiting", fill=()), "r1": view(None, status="waiting", fill=())}
+    first = StageRecord(step=0, kind="extend", rids=("r0",), rows=(0,), seq_lens=(2,), extend_lens=(2,), out_cache_loc=(1, 2))
+    second = StageRecord(step=1, kind="extend", rids=("r1",), rows=(1,), seq_lens=(1,), extend_lens=(1,), out_cache_loc=(slot,))
+    done = view(None, status="finished", fill=())
+    return [
+        snap(START, {}, [1, 2, 3, 4], [0, 1], waiting),
+        snap(first, {0: [1, 2]}, [3, 4], [1], {**waiting, "r0": view(0)}),
+        snap(second, {0: [1, 2], 1: [slot]}, [s for s in (1, 2, 3, 4) if s != slot], [0],
+             {"r0": done, "r1": view(1, fill=(7,))}),
+    ]
+
+
+def test_a_slot_freed_and_handed_out_again_within_an_iteration_may_pair_anew():
+    """The reference hands r0's freed slot 1 straight to r1, the other run slot 3: never seen free
+    on both sides, still a renumbering once the snapshots are an iteration apart."""
+    ref, got = _finish_and_reuse(1), _finish_and_reuse(3)
+    assert renumbering_verdict(ref, got, 1, exact=False).verdict == DIVERGENT  # stage by stage: a contradiction
+    verdict = renumbering_verdict(ref, got, 1, exact=False, per_iteration=True)
+    assert verdict.verdict == RENUMBERED, verdict.detail
+    assert verdict.pages[1] == 3
+
+
+def test_a_slot_handed_out_while_its_partner_is_still_held_is_divergent_per_iteration_too():
+    """r0 runs on: the other run hands r1 slot 1, which r0 still holds (its partner, reference
+    slot 1, is held too), where the reference hands slot 3."""
+    ref, got = _finish_and_reuse(3), _finish_and_reuse(1)
+    running = {"r0": view(0), "r1": view(1, fill=(7,))}
+    ref[2] = snap(ref[2].record, {0: [1, 2], 1: [3]}, [4], [], running)
+    got[2] = snap(got[2].record, {0: [1, 2], 1: [1]}, [4], [], running)
+    verdict = renumbering_verdict(ref, got, 1, exact=False, per_iteration=True)
+    assert verdict.verdict == DIVERGENT
+    assert verdict.detail.endswith("1 stands for reference 3 here, but for 1 before"), verdict.detail

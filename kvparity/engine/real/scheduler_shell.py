@@ -10,11 +10,15 @@ default), and runs the release's own ``event_loop_normal`` or ``event_loop_overl
 ``init_req_max_new_tokens`` and ``_add_request_to_queue``; ``get_next_batch_to_run``,
 ``get_new_batch_prefill``, ``update_running_batch``, ``run_batch``, ``process_batch_result``,
 ``SchedulePolicy``, ``PrefillAdder``, ``ScheduleBatch`` and the caches are SGLang's own. Replaced:
-the model forward (a deterministic next token from the request's arrival index and its sequence
-length), and, off the KV path, logging, the profiler, output streaming (finished requests are
+the model forward (the KV canary's, ``kvparity.engine.canary``: every written slot stamped, every
+read checked, the next token derived from what was read), and, off the KV path, logging, the profiler, output streaming (finished requests are
 recorded instead), and the idle sleeper (SGLang's own idle hook runs otherwise: its leak checks
-raise on a KV or row leak, and it resets ``new_token_ratio``). Metrics are SGLang's own, disabled. The loop ends, by a private exception raised where a pass receives its
-requests, once the arrivals are exhausted and nothing runs or waits.
+raise on a KV or row leak, and it resets ``new_token_ratio``). Metrics are SGLang's own, disabled.
+The loop ends, by a private exception raised where a pass receives its requests, once the arrivals
+are exhausted and nothing runs or waits. In the normal loop the pass that finds no batch runs the
+idle hook first; in the overlap loop that pass processes the last result instead, so SGLang's own
+leak check runs there only where a scenario idles between arrivals (kvparity's memory oracles run
+after every iteration in both).
 
 What differs between scheduler generations (the hooks' names, the attributes and initialisers, the
 forward's result type, the overlap loop's client, the world builder, how a batch and a request are
