@@ -17,6 +17,7 @@ from pathlib import Path
 
 from kvparity.cli.paths import output_path_problem
 from kvparity.run import matrix_shards as shards
+from kvparity.run.power import CONFIDENCE, percent, rules_out
 
 USAGE_ERROR = 2
 DEFAULT_VERSIONS = ("0.5.3", "0.5.3.post1", "0.5.3.post2", "0.5.4")
@@ -179,6 +180,15 @@ def _report(args: argparse.Namespace, doc: dict) -> int:
     return 0 if all(row["label"] != "divergent" for row in doc["pairs"]) else 1
 
 
+def power_note(doc: dict) -> list[str]:
+    """What the matrix's parity rules out, from the task at parity with the fewest scenarios."""
+    played = [r["scenarios"] for pair in doc["pairs"] for r in pair["rows"] if not r["differing"]]
+    if not played:
+        return []
+    return [f"A task at parity would have shown, with {CONFIDENCE:.0%} probability, a difference reached by more "
+            f"than {percent(rules_out(min(played)))} of its drawn scenarios (the fewest a task played: {min(played)})."]
+
+
 def markdown(doc: dict) -> str:
     """The matrix as Markdown: the pairs (label, verdict, what differs first and why, the changes
     between the releases), then what each release's own runs found and what playing it cost."""
@@ -187,7 +197,7 @@ def markdown(doc: dict) -> str:
     unit = "scenarios, shared out over the templates" if drive == "harness" else \
         "traffic scenarios per schedule policy and event loop"
     lines = [f"{drive.capitalize()}-driven matrix: {doc['plan']['examples']} {unit} (seed "
-             f"{doc['plan']['seed'] if doc['plan']['seed'] is not None else 'derandomized'}).", "",
+             f"{doc['plan']['seed'] if doc['plan']['seed'] is not None else 'derandomized'}).", *power_note(doc), "",
              "| reference | release | label | verdict | differing (task: n/played) | first difference | why | "
              "known differences met | release changes on this path |", "|---|---|---|---|---|---|---|---|---|"]
     for row in doc["pairs"]:

@@ -9,6 +9,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from kvparity.run.power import CONFIDENCE, percent
+
 if TYPE_CHECKING:  # a report only reads results; what makes them sits above it
     from kvparity.run.verdict import Example, Verdict
 
@@ -36,6 +38,7 @@ def console_lines(verdict: Verdict, drive: Any, replay: Callable[[str, Any], str
                                                 f"differ first in {kind}", kind)]
     for gpu, count in sorted(verdict.facts.get("scenarios_per_gpu", {}).items()):
         lines.append(f"GPU {gpu}: {count} scenarios")
+    lines += power_lines(verdict)
     lines.append(verdict_line(verdict))
     return lines
 
@@ -108,6 +111,16 @@ def shrink_head(example: Example, drive: Any) -> str:
     return (f"smallest counterexample found when the shrinking budget ran out ({shrink.seconds:.0f} s, "
             f"{shrink.tried} smaller scenarios tried): {drive.size(found)} down to {drive.size(shrink.scenario)}; "
             "it may not be minimal (--shrink-budget S gives it longer):")
+
+
+def power_lines(verdict: Verdict) -> list[str]:
+    """What the tasks at parity rule out: a parity verdict claims no more than it sampled."""
+    if verdict.rules_out is None:
+        return []
+    fewest = min(r.scenarios for r in verdict.rows if r.differing == 0)
+    return [f"power: each task at parity would have shown, with {CONFIDENCE:.0%} probability, a difference "
+            f"reached by more than {percent(verdict.rules_out)} of its drawn scenarios "
+            f"(the fewest a task played: {fewest})"]
 
 
 def verdict_line(verdict: Verdict) -> str:

@@ -11,6 +11,7 @@ from typing import Any
 
 from kvparity.run.drive import Played
 from kvparity.run.minimize import Shrunk
+from kvparity.run.power import CONFIDENCE, rules_out
 
 
 @dataclass
@@ -59,6 +60,12 @@ class Row:
     @property
     def verdict(self) -> str:
         return "parity" if self.differing == 0 else "divergence"
+
+    @property
+    def rules_out(self) -> float:
+        """A difference reached by more than this fraction of the task's drawn scenarios would have
+        been seen (``kvparity.run.power``)."""
+        return rules_out(self.scenarios)
 
     def count(self, played: Played, task: str) -> None:
         """One scenario's share: counted, its classes and findings, the row's first difference."""
@@ -127,6 +134,15 @@ class Verdict:
         return total
 
     @property
+    def rules_out(self) -> float | None:
+        """What the parity of its tasks rules out, taken from the task with the fewest scenarios (the
+        weakest claim); ``None`` when no task is at parity or the run stopped at its first difference."""
+        parity = [r for r in self.rows if r.differing == 0]
+        if not parity or (self.first is not None and not self.counts_all):
+            return None
+        return max(r.rules_out for r in parity)
+
+    @property
     def required_reached(self) -> list[str]:
         return [c for c in self.required if self.classes[c]]
 
@@ -179,13 +195,15 @@ def to_json(verdict: Verdict, drive: Any) -> dict[str, Any]:
         "checked": list(verdict.checked),
         "scenarios": verdict.scenarios,
         "differing": verdict.differing,
+        "power": {"confidence": CONFIDENCE,
+                  "rules_out_above": None if verdict.rules_out is None else round(verdict.rules_out, 4)},
         "stopped_at_first_difference": not verdict.counts_all and verdict.verdict != "parity",
         "rows": [{
             "task": r.task, "scenarios": r.scenarios, "differing": r.differing, "verdict": r.verdict,
             "kinds": dict(sorted(r.kinds.items())), "classes": dict(sorted(r.classes.items())),
             "first": example_json(r.first, drive),
             "first_of_each_kind": {k: example_json(e, drive) for k, e in sorted(r.kind_examples.items())},
-            "seconds": round(r.seconds, 1),
+            "rules_out_above": round(r.rules_out, 4), "seconds": round(r.seconds, 1),
         } for r in verdict.rows],
         "classes": {c: verdict.classes[c] for c in verdict.required},
         "classes_reached": verdict.required_reached,

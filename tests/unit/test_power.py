@@ -1,0 +1,38 @@
+"""What a parity verdict rules out (``kvparity.run.power``): n draws that all agree would have shown,
+with 95% probability, any difference reached by more than 1 - 0.05 ** (1 / n) of the draws."""
+
+from __future__ import annotations
+
+import pytest
+
+from kvparity.run.power import percent, rules_out, scenarios_for
+
+
+def test_ten_scenarios_rule_out_only_differences_reached_by_more_than_a_quarter():
+    # 0.05 ** (1 / 10) = 0.741: a difference reached by 5% is missed by ten draws 60% of the time.
+    assert percent(rules_out(10)) == "25.9%"
+    assert (1 - 0.05) ** 10 > 0.5
+    assert percent(rules_out(40)) == "7.2%"
+    assert rules_out(0) == 1.0  # no scenario rules nothing out
+
+
+def test_the_count_for_a_target_reach_is_the_inverse():
+    assert scenarios_for(0.02) == 149  # 0.98 ** 149 = 0.0494 <= 0.05 < 0.98 ** 148 = 0.0504
+    assert rules_out(149) <= 0.02 < rules_out(148)
+
+
+def test_a_reach_that_is_no_fraction_is_refused():
+    with pytest.raises(ValueError, match="reach 2 is not a fraction"):
+        scenarios_for(2)
+
+
+def test_a_verdict_states_the_power_of_its_weakest_parity_task():
+    from kvparity.report.console import power_lines
+    from kvparity.run.verdict import Row, Verdict
+
+    rows = [Row("fcfs, normal loop", scenarios=40), Row("lpm, normal loop", scenarios=10), Row("lof", scenarios=5, differing=1)]
+    verdict = Verdict("scheduler", "ref", ("checked",), rows, required=(), counts_all=True)
+    assert verdict.rules_out == rules_out(10)  # the divergent row claims nothing; the weakest parity row speaks
+    assert power_lines(verdict) == ["power: each task at parity would have shown, with 95% probability, a difference "
+                                    "reached by more than 25.9% of its drawn scenarios (the fewest a task played: 10)"]
+    assert Verdict("scheduler", "ref", ("checked",), rows[2:], required=(), counts_all=True).rules_out is None
