@@ -16,8 +16,8 @@ import sys
 from pathlib import Path
 
 from kvparity.cli.paths import output_path_problem
+from kvparity.judge.power import CONFIDENCE, percent, rules_out
 from kvparity.run import matrix_shards as shards
-from kvparity.run.power import CONFIDENCE, percent, rules_out
 
 USAGE_ERROR = 2
 DEFAULT_VERSIONS = ("0.5.3", "0.5.3.post1", "0.5.3.post2", "0.5.4")

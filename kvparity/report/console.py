@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from kvparity.run.power import CONFIDENCE, percent
+from kvparity.judge.power import CONFIDENCE, percent
 
 if TYPE_CHECKING:  # a report only reads results; what makes them sits above it
     from kvparity.run.verdict import Example, Verdict

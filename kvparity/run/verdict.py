@@ -9,9 +9,9 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
+from kvparity.judge.power import CONFIDENCE, rules_out
 from kvparity.run.drive import Played
 from kvparity.run.minimize import Shrunk
-from kvparity.run.power import CONFIDENCE, rules_out
 
 
 @dataclass
@@ -64,7 +64,7 @@ class Row:
     @property
     def rules_out(self) -> float:
         """A difference reached by more than this fraction of the task's drawn scenarios would have
-        been seen (``kvparity.run.power``)."""
+        been seen (``kvparity.judge.power``)."""
         return rules_out(self.scenarios)
 
     def count(self, played: Played, task: str) -> None:

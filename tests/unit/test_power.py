@@ -1,11 +1,11 @@
-"""What a parity verdict rules out (``kvparity.run.power``): n draws that all agree would have shown,
+"""What a parity verdict rules out (``kvparity.judge.power``): n draws that all agree would have shown,
 with 95% probability, any difference reached by more than 1 - 0.05 ** (1 / n) of the draws."""
 
 from __future__ import annotations
 
 import pytest
 
-from kvparity.run.power import percent, rules_out, scenarios_for
+from kvparity.judge.power import percent, rules_out, scenarios_for
 
 
 def test_ten_scenarios_rule_out_only_differences_reached_by_more_than_a_quarter():
