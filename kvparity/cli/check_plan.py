@@ -9,6 +9,7 @@ import argparse
 from dataclasses import dataclass
 from typing import Any
 
+from kvparity.judge.power import parse_reach, scenarios_for
 from kvparity.model.worlds import MODELLED_RELEASES
 
 DRIVES = ("harness", "scheduler", "both")
@@ -50,6 +51,26 @@ def drive_option_problem(args: argparse.Namespace) -> str | None:
         if given and applies != drive:
             return f"{option} is an option of the {applies}-driven check, not of --drive {drive}"
     return None
+
+
+def power_problem(args: argparse.Namespace) -> str | None:
+    """``--power`` that cannot be read, or given beside the counts it sets, in one sentence."""
+    if args.power is None:
+        return None
+    if args.candidate is not None:
+        return "--power is for scenario runs, not --candidate (give --examples)"
+    if args.examples is not None or args.traffic_examples is not None:
+        return "--power sets the scenarios per task: give --power or --examples / --traffic-examples, not both"
+    try:
+        parse_reach(args.power)
+    except ValueError as exc:
+        return str(exc)
+    return None
+
+
+def per_task(args: argparse.Namespace) -> int | None:
+    """The scenarios per task ``--power`` asks for, or None without it."""
+    return None if args.power is None else scenarios_for(parse_reach(args.power))
 
 
 def harness_spec(args: argparse.Namespace, real: Any) -> tuple[Any, int]:
@@ -109,9 +130,13 @@ def check_plans(args: argparse.Namespace, real: Any, jobs: int, budget: float | 
                 return f"--drive scheduler: {spec}"
             print(f"kvparity check: scheduler-driven check not run: {spec}", flush=True)
         else:
-            plans.append(CheckPlan("scheduler", spec, args.traffic_examples or DEFAULT_TRAFFIC_EXAMPLES, args.seed,
-                                   jobs, budget))
+            count = per_task(args) or args.traffic_examples or DEFAULT_TRAFFIC_EXAMPLES
+            plans.append(CheckPlan("scheduler", spec, count, args.seed, jobs, budget))
     if drive in ("harness", "both"):
         spec, default = harness_spec(args, real)
-        plans.append(CheckPlan("harness", spec, args.examples or default, args.seed, jobs, budget))
+        from kvparity.model.strategies import TEMPLATES
+
+        power = per_task(args)  # the harness drive's count is in all, shared out over the templates
+        count = power * len(TEMPLATES) if power else args.examples or default
+        plans.append(CheckPlan("harness", spec, count, args.seed, jobs, budget))
     return plans

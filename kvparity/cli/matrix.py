@@ -16,7 +16,7 @@ import sys
 from pathlib import Path
 
 from kvparity.cli.paths import output_path_problem
-from kvparity.judge.power import CONFIDENCE, percent, rules_out
+from kvparity.judge.power import CONFIDENCE, parse_reach, percent, rules_out, scenarios_for
 from kvparity.run import matrix_shards as shards
 
 USAGE_ERROR = 2
@@ -25,12 +25,12 @@ DEFAULT_PER_TEMPLATE = 10  # harness-driven: scenarios per template
 DEFAULT_TRAFFIC = 10  # scheduler-driven: traffic scenarios per policy and loop
 PROFILE = "ci"
 MERGE = "merge"
-RUN_ONLY = ("base", "backend", "examples", "traffic_examples", "jobs", "shard", "seed")  # refused by merge
+RUN_ONLY = ("base", "backend", "examples", "traffic_examples", "power", "jobs", "shard", "seed")  # refused by merge
 
 
 def add(commands: argparse._SubParsersAction, parser_class: type) -> None:
     text = "compare real SGLang releases pairwise, exactly or up to renumbering"
-    usage = ("%(prog)s [VERSION ...|all] [--base V] [--backend {triton,torch,all}] [--examples N] [--jobs N]\n"
+    usage = ("%(prog)s [VERSION ...|all] [--base V] [--backend {triton,torch,all}] [--examples N | --power P%%] [--jobs N]\n"
              "       [--shard I/N] [--json PATH] [--markdown PATH] [--png PATH]\n"
              "       %(prog)s merge SHARD.json ... [--json PATH] [--markdown PATH] [--png PATH]")
     sub = commands.add_parser("matrix", help=text, description=text, usage=usage)
@@ -54,6 +54,10 @@ def add(commands: argparse._SubParsersAction, parser_class: type) -> None:
                           "decisions, the memory under them, the canary and the in-flight oracle")
     sub.add_argument("--traffic-examples", type=int, default=None, metavar="N",
                      help=f"with --drive scheduler: traffic scenarios per policy and loop (default {DEFAULT_TRAFFIC})")
+    sub.add_argument("--power", metavar="P%",
+                     help="scenarios per task (template, or schedule policy and event loop) enough to rule out, with "
+                          "95%% probability, a difference reached by more than P%% of them (2%%: 149); instead of "
+                          "--examples and --traffic-examples")
     sub.add_argument("--json", metavar="PATH", help="write the matrix as JSON")
     sub.add_argument("--markdown", metavar="PATH", help="write the matrix as a Markdown table")
     sub.add_argument("--png", metavar="PATH", help="draw releases by verdict (needs matplotlib)")
@@ -84,6 +88,13 @@ def _problem(args: argparse.Namespace) -> str | None:
                                   ("--traffic-examples", "traffic_examples", "scheduler")):
         if getattr(args, attr) is not None and args.drive != applies:
             return f"{option} is an option of the {applies}-driven matrix, not of --drive {args.drive}"
+    if args.power is not None:
+        if args.examples is not None or args.traffic_examples is not None:
+            return "--power sets the scenarios per task: give --power or --examples / --traffic-examples, not both"
+        try:
+            parse_reach(args.power)
+        except ValueError as exc:
+            return str(exc)
     if args.jobs is not None and not 1 <= args.jobs <= 256:
         return f"--jobs must be from 1 to 256 (got {args.jobs})"
     if args.shard is not None:
@@ -129,11 +140,12 @@ def run(args: argparse.Namespace) -> int:
 
     profiles.load(PROFILE)
     backends = ("torch", "triton") if args.backend in (None, "all") else (args.backend,)
+    power = None if args.power is None else scenarios_for(parse_reach(args.power))
     if args.drive == "harness":
-        examples = (args.examples or DEFAULT_PER_TEMPLATE) * len(TEMPLATES)
-        assert per_template(examples) == (args.examples or DEFAULT_PER_TEMPLATE)
+        examples = (power or args.examples or DEFAULT_PER_TEMPLATE) * len(TEMPLATES)
+        assert per_template(examples) == (power or args.examples or DEFAULT_PER_TEMPLATE)
     else:
-        examples = args.traffic_examples or DEFAULT_TRAFFIC
+        examples = power or args.traffic_examples or DEFAULT_TRAFFIC
     releases = versions + ([args.base] if args.base and args.base not in versions else [])
     pairs = _pairs(versions, args.base)
     shard = shards.parse_shard(args.shard) if args.shard else shards.WHOLE

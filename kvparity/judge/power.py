@@ -34,3 +34,16 @@ def scenarios_for(reach: float, confidence: float = CONFIDENCE) -> int:
 def percent(fraction: float) -> str:
     """A reach as a report shows it: ``7.2%``."""
     return f"{100 * fraction:.1f}%"
+
+
+def parse_reach(text: str) -> float:
+    """``2%`` or ``0.02``: the reach a run is to rule out (``--power``); a ``ValueError`` naming the
+    text otherwise. From 0.1% (2,995 scenarios a task) to below 100%."""
+    stripped = text.strip()
+    try:
+        value = float(stripped[:-1]) / 100 if stripped.endswith("%") else float(stripped)
+    except ValueError:
+        raise ValueError(f"--power {text!r} is not a reach such as 2% or 0.02") from None
+    if not 0.001 <= value < 1.0:
+        raise ValueError(f"--power {text!r} must be from 0.1% to below 100%")
+    return value
