@@ -137,6 +137,8 @@ class CheckResult:
     derandomized: bool = True
     stages: list[Stage] = field(default_factory=list)
     coverage: Coverage | None = None
+    retried: int = 0  # calls that timed out once and were tried again (RETRY_FACTOR)
+    returned_on_retry: int = 0  # of those, the ones that returned: a slow call, not a hang
 
     @property
     def fault_kind(self) -> str | None:
@@ -150,6 +152,9 @@ class CheckResult:
             text += f", up to the first fault; then {_count(self.shrink_calls, 'call')} shrinking it"
         if self.drawn > self.batches_run:
             text += "; Hypothesis draws some batches more than once, and a repeat is not played again"
+        if self.retried:
+            text += (f"\n  tried again after a timeout, with {RETRY_FACTOR:g} times the limit: {_count(self.retried, 'call')}, "
+                     f"of which {self.returned_on_retry} then returned (slow, not hung: judged as any other call)")
         return text
 
     def report(self) -> str:
@@ -168,6 +173,7 @@ class CheckResult:
             "derandomized": self.derandomized, "batches_run": self.batches_run, "drawn": self.drawn,
             "stages": [{"batches": s.label, "examples": s.examples, "drawn": s.drawn} for s in self.stages],
             "shrink_calls": self.shrink_calls, "worker_starts": self.worker_starts,
+            "retried_after_timeout": self.retried, "returned_on_retry": self.returned_on_retry,
             "coverage": None if self.coverage is None else self.coverage.to_dict(),
             "fault": None if self.fault is None else {
                 "kind": self.fault.kind, "summary": self.fault.summary, "details": self.fault.details,
@@ -258,6 +264,11 @@ def call_allowance(batch: KernelBatch) -> float:
     return allowance + batch.spec.interpreter_cost(batch)
 
 
+# A call that times out is tried once more, in a fresh worker, with this many times its limit: a
+# slow interpreter or a busy machine is no fault of the candidate, a hang is (issue 33).
+RETRY_FACTOR = 3.0
+
+
 class _Search:
     """The state the Hypothesis properties of one check share across examples."""
 
@@ -276,6 +287,8 @@ class _Search:
         self.best: tuple[KernelBatch, Fault] | None = None
         self.budget_spent = False
         self.shrink_tried = 0
+        self.retried = 0  # calls that timed out and were tried again
+        self.returned_on_retry = 0  # of those, the ones that then returned (judged as any other call)
         self.progress: Any = None  # a harness_check.Progress: a line every 10 s in logs, a bar on a terminal
 
     def fault_of(self, batch: KernelBatch) -> Fault | None:
@@ -296,15 +309,33 @@ class _Search:
                 self.progress.say(f"shrinking: {self.shrink_tried} smaller batches tried")
         if self.best is None:
             self.coverage.add(batch)
-        if self.base_timeout is not None:  # a larger batch may take longer (call_allowance)
-            self.sandbox.call_timeout = self.base_timeout + call_allowance(batch)
-        try:
-            fault = judge(self.sandbox.call(self.target, self.spec, batch.to_dict()), batch, self.device)
-        finally:
-            if self.base_timeout is not None:
-                self.sandbox.call_timeout = self.base_timeout
+        fault = judge(self._call(batch), batch, self.device)
         self.seen[key] = fault
         return fault
+
+    def _call(self, batch: KernelBatch) -> Outcome:
+        """The candidate's call on ``batch`` under a limit that grows with the batch
+        (``call_allowance``); a call past it is tried once more with ``RETRY_FACTOR`` times the
+        limit, and only a second timeout is the candidate's (its text says both limits)."""
+        if self.base_timeout is None:
+            return self.sandbox.call(self.target, self.spec, batch.to_dict())
+        limit = self.base_timeout + call_allowance(batch)
+        try:
+            self.sandbox.call_timeout = limit
+            outcome = self.sandbox.call(self.target, self.spec, batch.to_dict())
+            if outcome.status != "timed_out":
+                return outcome
+            self.retried += 1
+            self.sandbox.call_timeout = limit * RETRY_FACTOR
+            outcome = self.sandbox.call(self.target, self.spec, batch.to_dict())
+            if outcome.status == "timed_out":
+                outcome.error = (f"the call did not return within {limit:g} s, nor within {limit * RETRY_FACTOR:g} s "
+                                 f"when tried again; {outcome.error.split('; ', 1)[-1]}")
+            else:
+                self.returned_on_retry += 1
+            return outcome
+        finally:
+            self.sandbox.call_timeout = self.base_timeout
 
     def property(self, batch: KernelBatch) -> None:
         if self.best is None:
@@ -520,13 +551,14 @@ def _run_hypothesis(search: _Search, target: str, stages: list, seed: int | None
 def _result(search: _Search, target: str, spec: str, starts: int) -> CheckResult:
     if search.best is None:
         return CheckResult(target, spec, "parity", search.calls, worker_starts=starts, drawn=search.drawn,
-                           coverage=search.coverage)
+                           coverage=search.coverage, retried=search.retried,
+                           returned_on_retry=search.returned_on_retry)
     batch, fault = search.best
     notes = [f"(shrinking stopped after its budget of {search.shrink_seconds:g} s; the batch may not be minimal)"] \
         if search.budget_spent else []
     return CheckResult(target, spec, "divergence", search.calls_before_fault,
                        search.calls - search.calls_before_fault, fault, batch, starts, notes, drawn=search.drawn,
-                       coverage=search.coverage)
+                       coverage=search.coverage, retried=search.retried, returned_on_retry=search.returned_on_retry)
 
 
 __all__ = ["SIGNATURES", "CandidateLoadError", "CheckResult", "check_candidate", "judge", "remove_what_plays_no_part",
