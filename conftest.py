@@ -131,6 +131,17 @@ def backend(request) -> str:
 SCHEDULER_PLUGINS = ("kvparity.engine.real.policy_probe", "kvparity.engine.real.scheduler_shell")
 
 
+@pytest.fixture
+def keep_hypothesis_profile():
+    """``kvparity check`` loads its own Hypothesis profile; give the suite's back afterwards."""
+    from hypothesis import settings
+
+    before = settings.default
+    yield
+    settings.register_profile("_kvparity_restore", before)
+    settings.load_profile("_kvparity_restore")
+
+
 @pytest.fixture(scope="session")
 def scheduler_workers():
     from kvparity.engine.real.install import resolve

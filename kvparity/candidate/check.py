@@ -39,7 +39,7 @@ from kvparity.candidate.inputs import (
     without_requests,
 )
 from kvparity.candidate.loader import SIGNATURES, CandidateLoadError, absolute_spec, split_spec
-from kvparity.candidate.sandbox import Outcome, Sandbox
+from kvparity.candidate.sandbox import KILLED, Outcome, Sandbox
 from kvparity.candidate.targets import TARGETS, WRITE_BLOCK, lookup
 from kvparity.model.contract import ContractError
 
@@ -330,7 +330,7 @@ class _Search:
             outcome = self.sandbox.call(self.target, self.spec, batch.to_dict())
             if outcome.status == "timed_out":
                 outcome.error = (f"the call did not return within {limit:g} s, nor within {limit * RETRY_FACTOR:g} s "
-                                 f"when tried again; {outcome.error.split('; ', 1)[-1]}")
+                                 f"when tried again; {KILLED}")
             else:
                 self.returned_on_retry += 1
             return outcome

@@ -57,6 +57,7 @@ from typing import Any
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 DEFAULT_CALL_TIMEOUT = 10.0
 DEFAULT_START_TIMEOUT = 120.0
+KILLED = "the worker and every process it started were killed"  # after a timeout
 OUTPUT_CAP = 4096  # bytes of child text (stderr, messages, tracebacks) per piece of a report
 MAX_REPLY_BYTES = 256 << 20  # a reply line longer than this is a broken protocol
 KILL_DEADLINE = 10.0  # seconds the keeper spends ending descendants; the parent waits as long for it
@@ -432,8 +433,7 @@ class Sandbox:
             reply = self._receive(self.call_timeout)
         except WorkerTimedOut:
             self.close()
-            return Outcome("timed_out", error=f"the call did not return within {self.call_timeout:g} s; "
-                                              "the worker and every process it started were killed")
+            return Outcome("timed_out", error=f"the call did not return within {self.call_timeout:g} s; {KILLED}")
         except WorkerDied as exc:
             output = self.stderr_tail()
             self.close()

@@ -57,7 +57,7 @@ def power_problem(args: argparse.Namespace) -> str | None:
     """``--power`` that cannot be read, or given beside the counts it sets, in one sentence."""
     if args.power is None:
         return None
-    if args.candidate is not None:
+    if getattr(args, "candidate", None) is not None:
         return "--power is for scenario runs, not --candidate (give --examples)"
     if args.examples is not None or args.traffic_examples is not None:
         return "--power sets the scenarios per task: give --power or --examples / --traffic-examples, not both"

@@ -15,8 +15,9 @@ import json
 import sys
 from pathlib import Path
 
+from kvparity.cli.check_plan import per_task, power_problem
 from kvparity.cli.paths import output_path_problem
-from kvparity.judge.power import CONFIDENCE, parse_reach, percent, rules_out, scenarios_for
+from kvparity.judge.power import CONFIDENCE, percent, rules_out
 from kvparity.run import matrix_shards as shards
 
 USAGE_ERROR = 2
@@ -88,13 +89,9 @@ def _problem(args: argparse.Namespace) -> str | None:
                                   ("--traffic-examples", "traffic_examples", "scheduler")):
         if getattr(args, attr) is not None and args.drive != applies:
             return f"{option} is an option of the {applies}-driven matrix, not of --drive {args.drive}"
-    if args.power is not None:
-        if args.examples is not None or args.traffic_examples is not None:
-            return "--power sets the scenarios per task: give --power or --examples / --traffic-examples, not both"
-        try:
-            parse_reach(args.power)
-        except ValueError as exc:
-            return str(exc)
+    problem = power_problem(args)
+    if problem:
+        return problem
     if args.jobs is not None and not 1 <= args.jobs <= 256:
         return f"--jobs must be from 1 to 256 (got {args.jobs})"
     if args.shard is not None:
@@ -140,7 +137,7 @@ def run(args: argparse.Namespace) -> int:
 
     profiles.load(PROFILE)
     backends = ("torch", "triton") if args.backend in (None, "all") else (args.backend,)
-    power = None if args.power is None else scenarios_for(parse_reach(args.power))
+    power = per_task(args)
     if args.drive == "harness":
         examples = (power or args.examples or DEFAULT_PER_TEMPLATE) * len(TEMPLATES)
         assert per_template(examples) == (power or args.examples or DEFAULT_PER_TEMPLATE)

@@ -318,14 +318,13 @@ class Renumbering:
         self.row_extent = {row: n for row, n in self.row_extent.items() if row in self.rows.forward}
 
 
-def _forget_reused(pairs: Bijection, new_a: set[int], new_b: set[int], free_a: set[int], free_b: set[int]) -> set[int]:
+def _forget_reused(pairs: Bijection, new_a: set[int], new_b: set[int], free_a: set[int], free_b: set[int]) -> None:
     """Forget each pair one of whose members is handed out anew while the other is free or handed
-    out anew too (``Renumbering._handed_out_again``); the reference members forgotten."""
+    out anew too (``Renumbering._handed_out_again``)."""
     gone = {a for a in new_a if pairs.forward.get(a) in new_b | free_b}
     gone |= {a for b in new_b if (a := pairs.backward.get(b)) is not None and a in new_a | free_a}
     for a in gone:
         pairs.forget(a=a)
-    return gone
 
 
 def _left_row(view) -> bool:

@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from kvparity.judge.power import CONFIDENCE, percent
+from kvparity.judge.power import CONFIDENCE, percent, rules_out
 
 if TYPE_CHECKING:  # a report only reads results; what makes them sits above it
     from kvparity.run.verdict import Example, Verdict
@@ -115,11 +115,11 @@ def shrink_head(example: Example, drive: Any) -> str:
 
 def power_lines(verdict: Verdict) -> list[str]:
     """What the tasks at parity rule out: a parity verdict claims no more than it sampled."""
-    if verdict.rules_out is None:
+    fewest = verdict.fewest_at_parity
+    if fewest is None:
         return []
-    fewest = min(r.scenarios for r in verdict.rows if r.differing == 0)
     return [f"power: each task at parity would have shown, with {CONFIDENCE:.0%} probability, a difference "
-            f"reached by more than {percent(verdict.rules_out)} of its drawn scenarios "
+            f"reached by more than {percent(rules_out(fewest))} of its drawn scenarios "
             f"(the fewest a task played: {fewest})"]
 
 

@@ -134,13 +134,19 @@ class Verdict:
         return total
 
     @property
-    def rules_out(self) -> float | None:
-        """What the parity of its tasks rules out, taken from the task with the fewest scenarios (the
-        weakest claim); ``None`` when no task is at parity or the run stopped at its first difference."""
-        parity = [r for r in self.rows if r.differing == 0]
+    def fewest_at_parity(self) -> int | None:
+        """The fewest scenarios a task at parity played (the weakest claim); ``None`` when no task is
+        at parity or the run stopped at its first difference (its counts say nothing)."""
+        parity = [r.scenarios for r in self.rows if r.differing == 0]
         if not parity or (self.first is not None and not self.counts_all):
             return None
-        return max(r.rules_out for r in parity)
+        return min(parity)
+
+    @property
+    def rules_out(self) -> float | None:
+        """What the parity of its tasks rules out: the weakest task's claim."""
+        fewest = self.fewest_at_parity
+        return None if fewest is None else rules_out(fewest)
 
     @property
     def required_reached(self) -> list[str]:

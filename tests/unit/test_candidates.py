@@ -143,9 +143,13 @@ def test_hang_is_a_timeout_and_kvparity_goes_on(sandbox):
     assert check("write_cache_indices", fixture("wci_torch_faithful"), sandbox, examples=3).verdict == "parity"
 
 
-SLOW_FIRST_CALL = '''"""Correct, but its first call ever sleeps past any limit: a busy machine, not a hang."""
+SLOW_FIRST_CALL = '''"""wci_torch_faithful, but its first call ever sleeps past any limit: a busy machine, not a hang."""
 import pathlib
+import sys
 import time
+
+sys.path.insert(0, {candidates!r})
+from wci_torch_faithful import write_cache_indices as faithful  # noqa: E402
 
 MARK = pathlib.Path(__file__).with_suffix(".called")
 
@@ -156,19 +160,14 @@ def write_cache_indices(out_cache_loc, req_pool_indices_tensor, req_pool_indices
     if not MARK.exists():
         MARK.write_text("called")
         time.sleep(3600)  # killed at the limit; the retry finds the mark and writes at once
-    start = 0
-    for i, row in enumerate(req_pool_indices_cpu.tolist()):
-        pre, seq = int(prefix_lens_cpu[i]), int(seq_lens_cpu[i])
-        if pre > 0:
-            req_to_token_pool.write((row, slice(0, pre)), prefix_tensors[i])
-        req_to_token_pool.write((row, slice(pre, seq)), out_cache_loc[start : start + seq - pre])
-        start += seq - pre
+    faithful(out_cache_loc, req_pool_indices_tensor, req_pool_indices_cpu, prefix_lens_tensor, prefix_lens_cpu,
+             seq_lens_tensor, seq_lens_cpu, extend_lens_tensor, extend_lens_cpu, prefix_tensors, req_to_token_pool)
 '''
 
 
 def test_a_call_that_times_out_once_is_tried_again_and_a_slow_machine_is_no_fault(sandbox, tmp_path):
     candidate = tmp_path / "wci_slow_first_call.py"
-    candidate.write_text(SLOW_FIRST_CALL)
+    candidate.write_text(SLOW_FIRST_CALL.format(candidates=os.path.join(HERE, "candidates")))
     result = check("write_cache_indices", f"{candidate}:write_cache_indices", sandbox, examples=3)
     assert result.verdict == "parity", result.report()
     assert (result.retried, result.returned_on_retry) == (1, 1)

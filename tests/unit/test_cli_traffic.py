@@ -12,16 +12,7 @@ from kvparity.cli.main import main
 from kvparity.mem_cache.schedule_policy import POLICIES
 from kvparity.model.traffic import traffic_from_dict
 
-
-@pytest.fixture(autouse=True)
-def _keep_profile():
-    """``kvparity check`` loads its own Hypothesis profile; give the suite's back afterwards."""
-    from hypothesis import settings
-
-    before = settings.default
-    yield
-    settings.register_profile("_kvparity_restore", before)
-    settings.load_profile("_kvparity_restore")
+pytestmark = pytest.mark.usefixtures("keep_hypothesis_profile")
 
 
 def test_the_model_reports_pr_11200s_admission_change_per_policy(tmp_path, capsys):

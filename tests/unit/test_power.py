@@ -48,18 +48,7 @@ def test_a_reach_is_read_as_a_percentage_or_a_fraction():
         parse_reach("100%")
 
 
-@pytest.fixture
-def _keep_profile():
-    """``kvparity check`` loads its own Hypothesis profile; give the suite's back afterwards."""
-    from hypothesis import settings
-
-    before = settings.default
-    yield
-    settings.register_profile("_kvparity_restore", before)
-    settings.load_profile("_kvparity_restore")
-
-
-def test_check_plays_as_many_scenarios_as_the_power_asks(tmp_path, _keep_profile):
+def test_check_plays_as_many_scenarios_as_the_power_asks(tmp_path, keep_hypothesis_profile):
     import json
 
     from kvparity.cli.main import main
