@@ -345,20 +345,13 @@ def _replay_problem(args: argparse.Namespace) -> str | None:
     args.replay_scenario = args.replay_drive = None
     if args.replay is None:
         return None
-    # Here, not at the top: the traffic model imports the shared caches, which fix the device.
-    from kvparity.model.scenario import scenario_from_dict
-    from kvparity.model.traffic import is_traffic_dict, traffic_from_dict
-
     try:
         data = json.loads(Path(args.replay).read_text())
         if isinstance(data, dict) and "verdict" in data:  # a --json verdict: its (shrunk) first difference
             data = _verdict_scenario(data)
             if data is None:
                 return f"--replay {args.replay}: the verdict it holds has no difference to replay"
-        if is_traffic_dict(data):
-            args.replay_scenario, args.replay_drive = traffic_from_dict(data), "scheduler"
-        else:
-            args.replay_scenario, args.replay_drive = scenario_from_dict(data), "harness"
+        args.replay_scenario, args.replay_drive = scenario_and_drive(data)
     except (OSError, ValueError, TypeError, KeyError) as exc:
         return f"--replay {args.replay}: no scenario can be read from it ({exc!r})"
     chosen = args.drive or args.replay_drive
@@ -368,6 +361,18 @@ def _replay_problem(args: argparse.Namespace) -> str | None:
     if args.drive is None:
         args.drive = args.replay_drive
     return None
+
+
+def scenario_and_drive(data: Any) -> tuple[Any, str]:
+    """A saved scenario read back, and the drive its form belongs to ("scheduler" for a traffic
+    scenario, "harness" for a step scenario)."""
+    # Here, not at the top: the traffic model imports the shared caches, which fix the device.
+    from kvparity.model.scenario import scenario_from_dict
+    from kvparity.model.traffic import is_traffic_dict, traffic_from_dict
+
+    if is_traffic_dict(data):
+        return traffic_from_dict(data), "scheduler"
+    return scenario_from_dict(data), "harness"
 
 
 def _verdict_scenario(data: dict[str, Any]) -> dict[str, Any] | None:

@@ -8,6 +8,7 @@
     kvparity matrix [VERSION ...] [--base V]             real SGLang releases pairwise, exact or up to renumbering
     kvparity matrix ... --shard I/N                      one share of the pairs; merge joins the shares' JSON:
     kvparity matrix merge SHARD.json ... [--json PATH]   the whole matrix, as one unsharded run reports it
+    kvparity explain --sglang B --against A --replay F   the source change of B that makes it differ from A
 
 Exit status: 0 success, 1 a difference or a refusal, 2 usage (an unknown golden name, say).
 Each command group registers itself in ``_COMMANDS``; a new group adds one function there.
@@ -23,6 +24,7 @@ from collections.abc import Callable
 from typing import NoReturn
 
 from kvparity.cli import check as cli_check
+from kvparity.cli import explain as cli_explain
 from kvparity.cli import golden as cli_golden
 from kvparity.cli import matrix as cli_matrix
 from kvparity.cli import mutants as cli_mutants
@@ -38,7 +40,7 @@ class _Parser(argparse.ArgumentParser):
 
 # One function per command group; each adds its sub-parser and sets ``func``.
 _COMMANDS: tuple[Callable[[argparse._SubParsersAction, type], None], ...] = (
-    cli_check.add, cli_golden.add, cli_mutants.add, cli_matrix.add
+    cli_check.add, cli_golden.add, cli_mutants.add, cli_matrix.add, cli_explain.add
 )
 
 

@@ -644,6 +644,8 @@ def zygote_main(path: str, sglang: str, version: str, entry: str, plugins: tuple
 def _serve_calls(ctx: Context, out: Any, inp: Any) -> int:
     """Say ready, then answer calls until stdin closes."""
     _send(out, {"ready": True, "info": plain(ctx.info)})
+    loaded = _LoadedSources()
+    loaded.note()
     for line in inp:
         if not line.strip():
             continue
@@ -660,9 +662,35 @@ def _serve_calls(ctx: Context, out: Any, inp: Any) -> int:
             data = json.dumps(reply, default=_plain_leaf)  # plain containers go as they are, in C
         except Exception as exc:  # noqa: BLE001 - the parent judges
             data = json.dumps({"id": call_id, "ok": False, "error": _error(exc, ctx.entry)})
+        loaded.note()  # before the reply: a caller that has its answer may kill the worker at once
         out.write(data + "\n")
         out.flush()
     return 0
+
+
+LOADED_ENV = "KVPARITY_LOADED_SOURCES"  # a folder: each worker writes there the SGLang files it has loaded
+
+
+class _LoadedSources:
+    """What of its SGLang a worker has imported, written after every call that imported more (for
+    ``kvparity explain``: only a changed file a run loads can carry a difference). A worker is
+    killed, not asked to stop, so the list is kept current rather than written at the end."""
+
+    def __init__(self) -> None:
+        self.folder = os.environ.get(LOADED_ENV)
+        self.modules = 0
+
+    def note(self) -> None:
+        if not self.folder or len(sys.modules) == self.modules or "sglang" not in sys.modules:
+            return
+        self.modules = len(sys.modules)
+        root = os.path.dirname(os.path.dirname(os.path.realpath(sys.modules["sglang"].__file__ or "")))
+        files = sorted({os.path.relpath(os.path.realpath(f), root) for m in list(sys.modules.values())
+                        if (f := getattr(m, "__file__", None)) and os.path.realpath(f).startswith(root + os.sep)})
+        path = os.path.join(self.folder, f"{os.getpid()}.json")
+        with open(path + ".tmp", "w") as out:
+            json.dump(files, out)
+        os.replace(path + ".tmp", path)
 
 
 if __name__ == "__main__":

@@ -1,0 +1,334 @@
+"""Which source change of release B makes it differ from release A on one scenario (``kvparity
+explain``): hybrids of A with some of B's changes are replayed against A, and delta debugging
+(``kvparity.run.ddmin``) finds a smallest set of changes that still carries the difference: first
+B's changed files (only those either run loaded: no other can matter), then the functions within
+the files found.
+
+A hybrid carries the difference when its replay against A differs as B does (the drive's ``same``:
+the same kind of first difference). A hybrid that cannot be played (it does not import, a worker
+dies or hangs, the probe finds no adapter for it) is *unresolved*: never taken for a verdict, only
+left out of the search. The answer says what it is: a culprit (the files, the functions and the
+unified diff that carries the difference), or why none was found.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+from kvparity.engine.real import RealSGLangError
+from kvparity.engine.real.hybrid import (
+    FileChange,
+    FunctionChange,
+    build_hybrid,
+    changed_files,
+    defined_names,
+    function_changes,
+    hybrid_text,
+    imported_names,
+    module_path,
+    unified_diff,
+)
+from kvparity.engine.real.worker import LOADED_ENV
+from kvparity.run.ddmin import FAIL, PASS, UNRESOLVED, ddmin
+from kvparity.run.drive import Played
+
+# Where a difference on the KV path usually comes from: tried first, alone (with what it needs to
+# import), and searched alone when it carries the difference. Most of what two releases change (models,
+# kernels, the HTTP server) is loaded beside it, and hybrids that mix those rarely even run.
+FOCUS = ("sglang/srt/mem_cache/", "sglang/srt/managers/", "sglang/global_config.py", "sglang/srt/server_args.py",
+         "sglang/srt/environ.py")
+REPAIRS = 6  # how many companions one hybrid may learn before it is left unresolved
+CULPRIT, NOT_CARRIED, NO_DIFFERENCE = "culprit", "not carried by the source", "no difference"
+
+
+class Replayer(Protocol):
+    """One scenario replayed by a drive against release A (the reference)."""
+
+    def play(self, folder: str) -> Played:
+        """A against the SGLang in ``folder`` (B, or a hybrid); raises ``RealSGLangError`` when it
+        cannot be played."""
+        ...
+
+    def same(self, played: Played, first: Played) -> bool:
+        """Whether ``played`` differs from A as ``first`` (B's) does."""
+        ...
+
+
+@dataclass
+class Explanation:
+    reference: str  # A's folder
+    checked: str  # B's folder
+    difference: str = ""  # B's first difference from A, in one line
+    status: str = NO_DIFFERENCE
+    why: str = ""
+    files: tuple[FileChange, ...] = ()
+    carried: tuple[FileChange, ...] = ()  # B's files the hybrids took for their imports, not the culprit
+    functions: tuple[FileChange | FunctionChange, ...] = ()  # a file that cannot be split stays whole
+    diff: str = ""
+    changed_files: int = 0  # files of the package that differ between A and B
+    loaded_files: int = 0  # of those, the ones either run loaded (what the search starts from)
+    hybrids: int = 0  # hybrids played
+    unresolved: int = 0  # of those, the ones that could not be played
+    seconds: float = 0.0
+    attempts: list[dict[str, Any]] = field(default_factory=list)
+
+    def lines(self) -> list[str]:
+        head = [f"explain: {self.checked} against {self.reference}: {self.difference or 'no difference'}",
+                f"  {self.changed_files} files differ, {self.loaded_files} of them loaded by the replay; "
+                f"{self.hybrids} hybrids played ({self.unresolved} unresolved) in {self.seconds:.0f} s"]
+        if self.status != CULPRIT:
+            return head + [f"  no culprit: {self.why}"]
+        found = [f"  culprit: {len(self.files)} file(s), {len(self.functions)} function(s)"]
+        found += [f"    {c.path} ({c.kind})" for c in self.files]
+        if self.carried:
+            found.append(f"    (the hybrids also took, to import, B's module-level code and new functions of "
+                         f"{len(self.carried)} other file(s))")
+        found += [f"    {c.path}: {_name(c)} ({c.kind})" for c in self.functions]
+        return head + found + ["", self.diff.rstrip("\n")]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"reference": self.reference, "checked": self.checked, "difference": self.difference,
+                "status": self.status, "why": self.why,
+                "files": [{"path": c.path, "kind": c.kind} for c in self.files],
+                "carried": [{"path": c.path, "kind": c.kind} for c in self.carried],
+                "functions": [{"path": c.path, "name": _name(c), "kind": c.kind} for c in self.functions],
+                "diff": self.diff, "changed_files": self.changed_files, "loaded_files": self.loaded_files,
+                "hybrids": self.hybrids, "unresolved": self.unresolved, "seconds": round(self.seconds, 1)}
+
+
+def _name(change: FileChange | FunctionChange) -> str:
+    return change.name if isinstance(change, FunctionChange) else "(the whole file)"
+
+
+def explain(a: str, b: str, replayer: Replayer, say: Callable[[str], None] = lambda line: None) -> Explanation:
+    """The smallest set of B's changes (files, then functions) that makes A differ as B does on
+    the replayer's scenario."""
+    started = time.monotonic()
+    found = Explanation(reference=a, checked=b)
+    first, loaded = _baseline(b, replayer)
+    if first.agree:
+        found.why = "A and B agree on this scenario: nothing to explain"
+        return _timed(found, started)
+    found.difference = first.line
+    search = _Search(a, b, replayer, first, found, say)
+    every = changed_files(a, b)
+    files = [c for c in every if c.path in loaded]
+    search.candidates = tuple(files)
+    found.changed_files, found.loaded_files = len(every), len(files)
+    say(f"explain: {found.changed_files} files differ, {len(files)} loaded; replaying hybrids")
+    if not files or search.files(tuple(files)) != FAIL:
+        found.status, found.why = NOT_CARRIED, (
+            "A with every file B changed that the replay loads does not differ as B does: the difference comes "
+            "from elsewhere (the version file, how kvparity drives the release, or a file neither run loaded)")
+        return _timed(found, started)
+    focus = tuple(c for c in files if c.path.startswith(FOCUS))
+    chosen = ddmin(focus if focus and search.files(focus) == FAIL else files, search.files)
+    group = search.needed(chosen)
+    found.functions = _function_search(a, b, group, search)
+    culprit_paths = {c.path for c in found.functions}
+    found.files = tuple(c for c in group if c.path in culprit_paths)
+    found.carried = tuple(c for c in group if c.path not in culprit_paths)
+    found.diff = "".join(_diff(a, b, path, [c for c in found.functions if c.path == path]) for path in sorted(culprit_paths))
+    found.status = CULPRIT
+    return _timed(found, started)
+
+
+def _function_search(a: str, b: str, group: tuple[FileChange, ...],
+                     search: _Search) -> tuple[FileChange | FunctionChange, ...]:
+    """The smallest set of changed functions (and module-level code) of ``group``, the files found
+    and those they need to import, that carries the difference; a file that cannot be split is one
+    unit."""
+    return ddmin([u for c in group for u in _units(a, b, c)], search.functions)
+
+
+def _diff(a: str, b: str, path: str, culprit: list[FileChange | FunctionChange]) -> str:
+    """A's file -> A's file with only the culprit's functions as B has them (the whole file for a
+    file that cannot be split)."""
+    if any(isinstance(c, FileChange) for c in culprit):
+        return unified_diff(path, _text(a, path), _text(b, path))
+    names = {c.name for c in culprit if isinstance(c, FunctionChange)}
+    return unified_diff(path, _text(a, path), hybrid_text(_text(a, path), _text(b, path), names))
+
+
+def _timed(found: Explanation, started: float) -> Explanation:
+    found.seconds = time.monotonic() - started
+    return found
+
+
+def _baseline(b: str, replayer: Replayer) -> tuple[Played, set[str]]:
+    """A against B, with the files of the package either run loaded."""
+    folder = tempfile.mkdtemp(prefix="kvparity-loaded-")
+    saved = os.environ.get(LOADED_ENV)
+    os.environ[LOADED_ENV] = folder
+    try:
+        played = replayer.play(b)
+        loaded: set[str] = set()
+        for path in Path(folder).glob("*.json"):
+            loaded.update(json.loads(path.read_text()))
+        return played, loaded
+    finally:
+        if saved is None:
+            os.environ.pop(LOADED_ENV, None)
+        else:
+            os.environ[LOADED_ENV] = saved
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def _units(a: str, b: str, change: FileChange) -> list[FileChange | FunctionChange]:
+    """The functions of a changed Python file (the file itself where it cannot be split: added,
+    removed, not Python, or not parsed)."""
+    if change.kind != "changed" or not change.path.endswith(".py"):
+        return [change]
+    try:
+        return list(function_changes(change.path, _text(a, change.path), _text(b, change.path))) or [change]
+    except SyntaxError:
+        return [change]
+
+
+def _text(root: str, path: str) -> str:
+    full = Path(root) / path
+    return full.read_text(errors="replace") if full.exists() else ""
+
+
+def _decoded(data: str | bytes | None) -> str:
+    return data.decode(errors="replace") if isinstance(data, bytes) else data or ""
+
+
+class _Search:
+    """The tests ddmin runs: a hybrid built, replayed against A and judged."""
+
+    def __init__(self, a: str, b: str, replayer: Replayer, first: Played, found: Explanation,
+                 say: Callable[[str], None]) -> None:
+        self.a, self.b, self.replayer, self.first, self.found, self.say = a, b, replayer, first, found, say
+        self.candidates: tuple[FileChange, ...] = ()  # the files the search chooses from
+        self.companions: set[str] = set()  # files learnt to be needed by every hybrid
+        self.import_cache: dict[tuple[str, str], set[tuple[str, str]]] = {}
+        self.names_cache: dict[tuple[str, str], set[str] | None] = {}
+
+    def files(self, chosen: tuple[FileChange, ...]) -> str:
+        """B's ``chosen`` files on A, with the other changed files a hybrid needs (``needed``). A
+        hybrid that fails on a name (an attribute, an import, a keyword) that only some other
+        changed file of B brings is tried again with that file (a companion, taken from then on)."""
+        for _ in range(REPAIRS + 1):
+            group = self.needed(chosen)
+            outcome, line = self._test({c.path: _b_text(self.b, c) for c in group}, [c.path for c in chosen],
+                                       len(group) - len(chosen))
+            learned = self._providers(line, group) if outcome == UNRESOLVED else set()
+            if not learned:
+                return outcome
+            self.companions |= learned
+            self.say(f"    taken from now on, for what the hybrid missed: {', '.join(sorted(learned))}")
+        return outcome
+
+    def _providers(self, line: str, group: tuple[FileChange, ...]) -> set[str]:
+        """The candidate files outside ``group`` whose B text has a name the error says is missing
+        and whose A text does not."""
+        inside = {c.path for c in group}
+        names = set(re.findall(r"(?:attribute|import name|keyword argument|name) '(\w+)'", line))
+        modules = {m.replace(".", "/") for m in re.findall(r"No module named '([\w.]+)'", line)}
+        found = {path for m in modules for path in (module_path(m, self.b),) if path}
+        for c in self.candidates:
+            if c.path in inside or not c.path.endswith(".py") or c.kind == "removed":
+                continue
+            theirs, mine = _text(self.b, c.path), _text(self.a, c.path)
+            if any(re.search(rf"\b{n}\b", theirs) and not re.search(rf"\b{n}\b", mine) for n in names):
+                found.add(c.path)
+        return {p for p in found if p in {c.path for c in self.candidates}} - inside
+
+    def needed(self, chosen: tuple[FileChange, ...]) -> tuple[FileChange, ...]:
+        """``chosen`` and the other candidate files a hybrid needs to import at all: a module whose
+        B version defines a name a chosen file imports and A's does not, and a file whose A version
+        imports a name a chosen module no longer defines; transitively."""
+        kept = {c.path for c in chosen} | self.companions
+        grown = True
+        while grown:
+            grown = False
+            for c in self.candidates:
+                if c.path not in kept and self._needed_beside(c.path, kept):
+                    kept.add(c.path)
+                    grown = True
+        return tuple(c for c in self.candidates if c.path in kept)
+
+    def _needed_beside(self, path: str, kept: set[str]) -> bool:
+        # B's kept files take a name (or a module) only B's ``path`` defines ...
+        if any(self._only_b_gives(path, module, name) for other in kept for module, name in self._imports(self.b, other)):
+            return True
+        # ... or a kept module sits in the package ``path`` begins (its __init__) ...
+        if path.endswith("/__init__.py") and any(k.startswith(path.removesuffix("__init__.py")) for k in kept):
+            return True
+        # ... or A's ``path`` takes a module B removed, or a name a kept file no longer defines in B.
+        return any(self._gone_in_b(module, name, kept) for module, name in self._imports(self.a, path))
+
+    def _gone_in_b(self, module: str, name: str, kept: set[str]) -> bool:
+        if name and module_path(f"{module}/{name}", self.a) in kept:  # a submodule B removed or changed
+            return module_path(f"{module}/{name}", self.b) is None
+        if module_path(module, self.a) in kept and module_path(module, self.b) is None:
+            return True
+        return module_path(module, self.b) in kept and bool(name) and not self._defines(self.b, module, name)
+
+    def _only_b_gives(self, path: str, module: str, name: str) -> bool:
+        """Whether ``from module import name`` (``import module``: no name) needs B's ``path``."""
+        if name and module_path(f"{module}/{name}", self.b) == path:  # a submodule
+            return module_path(f"{module}/{name}", self.a) is None
+        if module_path(module, self.b) != path:
+            return False
+        return module_path(module, self.a) is None or bool(name) and not self._defines(self.a, module, name)
+
+    def _imports(self, root: str, path: str) -> set[tuple[str, str]]:
+        key = (root, path)
+        if key not in self.import_cache:
+            self.import_cache[key] = imported_names(root, path) if path.endswith(".py") else set()
+        return self.import_cache[key]
+
+    def _defines(self, root: str, module: str, name: str) -> bool:
+        key = (root, module)
+        if key not in self.names_cache:
+            self.names_cache[key] = defined_names(root, module)
+        names = self.names_cache[key]
+        return names is None or name in names
+
+    def functions(self, chosen: tuple[FileChange | FunctionChange, ...]) -> str:
+        names = [c.path if isinstance(c, FileChange) else f"{c.path}: {c.name}" for c in chosen]
+        return self._test(self.overrides_for(chosen), names)[0]
+
+    def overrides_for(self, chosen: tuple[FileChange | FunctionChange, ...]) -> dict[str, str | bytes | None]:
+        """The files of a hybrid: whole files of B, and files of A with some of B's functions."""
+        everything = chosen
+        whole = {c.path: _b_text(self.b, c) for c in everything if isinstance(c, FileChange)}
+        by_file: dict[str, set[str]] = {}
+        for c in everything:
+            if isinstance(c, FunctionChange):
+                by_file.setdefault(c.path, set()).add(c.name)
+        return whole | {path: hybrid_text(_text(self.a, path), _text(self.b, path), names)
+                        for path, names in by_file.items()}
+
+    def _test(self, overrides: dict[str, str | bytes | None], names: list[str], carried: int = 0) -> tuple[str, str]:
+        folder = tempfile.mkdtemp(prefix="kvparity-hybrid-")
+        self.found.hybrids += 1
+        try:
+            hybrid = build_hybrid(self.a, overrides, Path(folder) / "sglang-hybrid")
+            played = self.replayer.play(str(hybrid))
+            outcome, line = (FAIL if self.replayer.same(played, self.first) else PASS), played.line
+        except (RealSGLangError, SyntaxError, OSError) as exc:
+            outcome, line = UNRESOLVED, f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
+            self.found.unresolved += 1
+        finally:
+            shutil.rmtree(folder, ignore_errors=True)
+        shown = ", ".join(names[:4]) + (f" and {len(names) - 4} more" if len(names) > 4 else "") + \
+            (f" (+{carried} it imports)" if carried else "")
+        self.say(f"  hybrid {self.found.hybrids}: A + {shown}: {outcome}" + (f" ({line[-160:]})" if outcome == UNRESOLVED else ""))
+        self.found.attempts.append({"changes": names, "outcome": outcome, "line": line})
+        return outcome, line
+
+
+def _b_text(b: str, change: FileChange) -> bytes | None:
+    return None if change.kind == "removed" else (Path(b) / change.path).read_bytes()

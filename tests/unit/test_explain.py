@@ -1,0 +1,152 @@
+"""kvparity explain's parts on hand-made inputs: delta debugging with three outcomes, the changed
+units of two modules, a hybrid module spliced from them, and a hybrid folder that leaves A intact."""
+
+from kvparity.engine.real.hybrid import (
+    MODULE_REST,
+    FileChange,
+    FunctionChange,
+    build_hybrid,
+    changed_files,
+    function_changes,
+    hybrid_text,
+)
+from kvparity.run.ddmin import FAIL, PASS, UNRESOLVED, ddmin
+
+
+def test_ddmin_finds_the_two_changes_that_fail_only_together():
+    tested = []
+
+    def test(subset):
+        tested.append(subset)
+        return FAIL if {3, 7} <= set(subset) else PASS
+
+    assert ddmin(range(10), test) == (3, 7)
+    assert len(tested) == len(set(tested))  # each subset tested once
+
+
+def test_ddmin_leaves_out_what_cannot_be_told():
+    # 5 alone does not import (unresolved); with 4 beside it, it fails: the answer needs both.
+    def test(subset):
+        if 5 in subset and 4 not in subset:
+            return UNRESOLVED
+        return FAIL if 5 in subset else PASS
+
+    assert ddmin(range(10), test) == (4, 5)
+
+
+A = '''import os
+
+LIMIT = 1
+
+
+def same():
+    return 1
+
+
+def changed():
+    return 1
+
+
+class Pool:
+    size = 4
+
+    def alloc(self):
+        return 1
+
+    def free(self):
+        return 1
+'''
+B = '''import os
+
+LIMIT = 2
+
+
+def same():
+    return 1
+
+
+def changed():
+    return 2
+
+
+def added():
+    return 3
+
+
+class Pool:
+    size = 4
+
+    def alloc(self):
+        return 2
+
+    def free(self):
+        return 1
+'''
+
+
+def test_the_changed_units_of_a_module_are_its_functions_methods_and_the_rest():
+    assert function_changes("m.py", A, B) == [
+        FunctionChange("m.py", MODULE_REST, "changed"),  # LIMIT
+        FunctionChange("m.py", "Pool.alloc", "changed"),
+        FunctionChange("m.py", "added", "added"),
+        FunctionChange("m.py", "changed", "changed"),
+    ]
+
+
+def test_a_hybrid_module_takes_only_the_chosen_functions_from_b():
+    hybrid = hybrid_text(A, B, {"Pool.alloc"})
+    assert "LIMIT = 1" in hybrid and "def added" not in hybrid
+    assert hybrid.count("return 2") == 1 and "def changed():\n    return 1" in hybrid
+    assert hybrid_text(A, B, set()) == A
+    assert hybrid_text(A, B, {MODULE_REST, "Pool.alloc", "added", "changed"}) == B
+    # B's module with one function kept as A has it; an added one lands at the module's end.
+    assert "def changed():\n    return 1" in hybrid_text(A, B, {MODULE_REST, "Pool.alloc", "added"})
+    assert hybrid_text(A, B, {"added"}).rstrip().endswith("return 3")
+
+
+def test_a_hybrid_folder_replaces_its_files_and_leaves_a_untouched(tmp_path):
+    a, b = tmp_path / "a", tmp_path / "b"
+    for root, text in ((a, A), (b, B)):
+        (root / "sglang" / "srt").mkdir(parents=True)
+        (root / "sglang" / "srt" / "m.py").write_text(text)
+        (root / "sglang" / "version.py").write_text(f"__version__ = {str(root.name)!r}\n")
+    (b / "sglang" / "srt" / "new.py").write_text("X = 1\n")
+    assert changed_files(a, b) == [FileChange("sglang/srt/m.py", "changed"), FileChange("sglang/srt/new.py", "added")]
+    hybrid = build_hybrid(a, {"sglang/srt/m.py": B}, tmp_path / "h")
+    assert (hybrid / "sglang" / "srt" / "m.py").read_text() == B
+    assert (a / "sglang" / "srt" / "m.py").read_text() == A  # a hard link is unlinked, not written through
+    assert (hybrid / "sglang" / "version.py").read_text() == "__version__ = 'a'\n"
+
+
+def test_a_hybrid_takes_a_module_beside_a_file_only_when_it_imports_a_name_only_b_defines(tmp_path):
+    from kvparity.engine.real.hybrid import defined_names, imported_names
+
+    a, b = tmp_path / "a", tmp_path / "b"
+    for root, helper in ((a, "def old():\n    pass\n"), (b, "def old():\n    pass\n\n\ndef new():\n    pass\n")):
+        (root / "sglang" / "srt").mkdir(parents=True)
+        (root / "sglang" / "srt" / "helper.py").write_text(helper)
+    (b / "sglang" / "srt" / "user.py").write_text("from .helper import new, old\nfrom sglang.srt import helper\n")
+    (b / "sglang" / "srt" / "__init__.py").write_text("")
+    assert imported_names(b, "sglang/srt/user.py") == {
+        ("sglang/srt/helper", "new"), ("sglang/srt/helper", "old"), ("sglang/srt", "helper")}
+    assert defined_names(a, "sglang/srt/helper") == {"old"}
+    assert defined_names(b, "sglang/srt") == {"helper", "user"}  # a package's names: its modules
+
+
+def test_explain_names_the_line_of_a_planted_one_line_mutant(tmp_path):
+    """A copy of 0.5.3.post1 with one line changed, explained against the release on a scenario
+    it differs on: the culprit is that line's function, and its diff is that line."""
+    from kvparity.cli.explain import _explain_one
+    from kvparity.engine.real.install import resolve
+    from kvparity.model.traffic import Arrival, ServerConfig, TrafficScenario
+    from kvparity.teeth.real_zoo import REAL_MUTANTS_BY_NAME, make_mutated_copy
+
+    mutant = REAL_MUTANTS_BY_NAME["decode-writes-one-column-back"]
+    copy = make_mutated_copy(resolve(mutant.version), mutant, tmp_path / "copy")
+    scenario = TrafficScenario(ServerConfig(kv_slots=128, max_prefill_tokens=256), ((Arrival("r5", (100000,), 32),),))
+    found = _explain_one(mutant.against, str(copy), scenario, "scheduler", "torch", None)
+    assert found.status == "culprit", found.lines()
+    assert [(c.path, c.name) for c in found.functions] == [(mutant.path, "ScheduleBatch.prepare_for_decode")]
+    removed = [line for line in found.diff.splitlines() if line.startswith("-") and not line.startswith("---")]
+    added = [line for line in found.diff.splitlines() if line.startswith("+") and not line.startswith("+++")]
+    assert (removed, added) == (["-" + mutant.old.rstrip("\n")], ["+" + mutant.new.rstrip("\n")])
