@@ -1,6 +1,8 @@
 """kvparity explain's parts on hand-made inputs: delta debugging with three outcomes, the changed
 units of two modules, a hybrid module spliced from them, and a hybrid folder that leaves A intact."""
 
+import pytest
+
 from kvparity.engine.real.hybrid import (
     MODULE_REST,
     FileChange,
@@ -150,3 +152,32 @@ def test_explain_names_the_line_of_a_planted_one_line_mutant(tmp_path):
     removed = [line for line in found.diff.splitlines() if line.startswith("-") and not line.startswith("---")]
     added = [line for line in found.diff.splitlines() if line.startswith("+") and not line.startswith("+++")]
     assert (removed, added) == (["-" + mutant.old.rstrip("\n")], ["+" + mutant.new.rstrip("\n")])
+
+
+def test_every_differing_pair_of_the_committed_matrices_can_be_explained():
+    """``kvparity explain --matrix`` replays each differing pair from the scenario its matrix saved:
+    the committed matrices hold one for every pair that diverges (13 scheduler-driven, 5 harness-driven)."""
+    import json
+    from pathlib import Path
+
+    from kvparity.cli.check import scenario_and_drive
+    from kvparity.cli.explain import differing_pairs
+
+    root = Path(__file__).resolve().parents[2] / "docs" / "matrix"
+    for name, drive, count in (("scheduler-0.5.3-0.5.23.json", "scheduler", 13), ("matrix-0.5.3-0.5.23.json", "harness", 5)):
+        pairs = differing_pairs(json.loads((root / name).read_text()))
+        assert len(pairs) == count, name
+        assert {scenario_and_drive(p["scenario"])[1] for p in pairs} == {drive}
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["explain", "--sglang", "0.5.3.post1"], "give --sglang B --against A --replay FILE"),
+    (["explain", "--matrix", "m.json", "--sglang", "0.5.3"], "give it alone"),
+    (["explain", "--sglang", "0.5.3.post1", "--against", "0.5.3", "--replay", "x.json", "--markdown", "x.md"],
+     "--markdown is for --matrix"),
+])
+def test_explain_usage_errors_exit_2_and_say_why(argv, message, capsys):
+    from kvparity.cli.main import main
+
+    assert main(argv) == 2
+    assert message in capsys.readouterr().err
