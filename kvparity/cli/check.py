@@ -510,6 +510,20 @@ sys.exit(main(["check", *CHECK, "--replay", saved.name]))
 # ---- a candidate function -----------------------------------------------------------------------
 
 
+def _lifted(spec: str, target: str) -> str:
+    """``sglang[==V]:BACKEND``: SGLang's own function for the target, lifted into a file kept beside
+    the installed releases (so that a repro script finds it again); any other spec as it is."""
+    from kvparity.candidate.lift import is_lift_spec, lift
+
+    if not is_lift_spec(spec):
+        return spec
+    from kvparity.engine.real.install import cache_root
+
+    folder = cache_root().parent / "lifted"
+    folder.mkdir(parents=True, exist_ok=True)
+    return lift(spec, target, folder)
+
+
 def _check_candidate(args: argparse.Namespace) -> int:
     """The candidate, in a sandboxed child process, against this repository's reference."""
     from kvparity.candidate.check import check_candidate
@@ -522,7 +536,8 @@ def _check_candidate(args: argparse.Namespace) -> int:
               file=sys.stderr)
         return USAGE_ERROR
     try:
-        result = check_candidate(args.target, args.candidate, args.examples, args.seed, profile=args.profile or "ci")
+        spec = _lifted(args.candidate, args.target)
+        result = check_candidate(args.target, spec, args.examples, args.seed, profile=args.profile or "ci")
     except (CandidateLoadError, ValueError) as exc:
         print(f"kvparity check: {exc}", file=sys.stderr)
         return USAGE_ERROR
