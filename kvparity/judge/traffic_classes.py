@@ -7,9 +7,12 @@ from __future__ import annotations
 from kvparity.engine.traffic_run import TrafficRun
 from kvparity.model.classes import (
     TRAFFIC_BUDGET_STOP,
+    TRAFFIC_CHUNK_IN_FLIGHT_FREED,
     TRAFFIC_CHUNKED,
+    TRAFFIC_OVERLAP_RETRACTION,
     TRAFFIC_RADIX_HIT_RUNNING,
     TRAFFIC_REORDERED,
+    TRAFFIC_RETRACTED_HIT,
     TRAFFIC_RETRACTION,
 )
 from kvparity.model.traffic import TrafficScenario
@@ -42,7 +45,32 @@ def traffic_classes(scenario: TrafficScenario, result: TrafficRun) -> set[str]:
             if rec.waiting and len(running_after) < scenario.config.max_running_requests:
                 found.add(TRAFFIC_BUDGET_STOP)  # rows were left, a request waited: a token budget stopped it
         finished.update(rec.finished)
-    return found
+    return found | {name for name, count in rare_counts(result).items() if count}
+
+
+def rare_counts(result: TrafficRun) -> dict[str, int]:
+    """How often a run met each rare shape (``TRAFFIC_RARE``): iterations that free rows (a finish
+    or a retraction) right after one that launched a chunked prefill, in the overlap loop (the chunk
+    is still in flight); retractions in the overlap loop; readmissions of a retracted request that
+    match a cached prefix."""
+    overlap = result.loop == "overlap"
+    counts = dict.fromkeys((TRAFFIC_CHUNK_IN_FLIGHT_FREED, TRAFFIC_OVERLAP_RETRACTION, TRAFFIC_RETRACTED_HIT), 0)
+    admitted: set[str] = set()
+    retracted: set[str] = set()
+    previous_chunked = False
+    for rec in result.decisions:
+        frees = bool(rec.finished) or rec.retracted > 0
+        if overlap and previous_chunked and frees:
+            counts[TRAFFIC_CHUNK_IN_FLIGHT_FREED] += 1
+        if overlap:
+            counts[TRAFFIC_OVERLAP_RETRACTION] += rec.retracted
+        retracted.update(rid for rid in rec.waiting if rid in admitted)  # admitted, then waiting again
+        if rec.mode == "EXTEND":
+            counts[TRAFFIC_RETRACTED_HIT] += sum(1 for rid, hit in zip(rec.rids, rec.prefix_lens)
+                                                 if rid in retracted and hit > 0)
+            admitted.update(rec.rids)
+        previous_chunked = rec.mode == "EXTEND" and rec.chunked is not None
+    return counts
 
 
 def _hit_on_running(rec: Decision, running: set[str], prompts: dict[str, tuple[int, ...]],

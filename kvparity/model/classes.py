@@ -63,6 +63,12 @@ TRAFFIC_REORDERED = "traffic: queue reordered by the policy"
 TRAFFIC_BUDGET_STOP = "traffic: admission stopped on budget"
 TRAFFIC_REQUIRED = (TRAFFIC_RETRACTION, TRAFFIC_CHUNKED, TRAFFIC_RADIX_HIT_RUNNING, TRAFFIC_REORDERED,
                     TRAFFIC_BUDGET_STOP)
+# Rare shapes (issue 33) the scheduler-driven strategy steers toward with Hypothesis's ``target()``
+# (``kvparity.run.scheduler_drive``): counted and reported, not required.
+TRAFFIC_CHUNK_IN_FLIGHT_FREED = "traffic: rows freed while a chunked prefill is in flight (overlap loop)"
+TRAFFIC_OVERLAP_RETRACTION = "traffic: retraction in the overlap loop"
+TRAFFIC_RETRACTED_HIT = "traffic: a retracted request readmitted on a radix hit"
+TRAFFIC_RARE = (TRAFFIC_CHUNK_IN_FLIGHT_FREED, TRAFFIC_OVERLAP_RETRACTION, TRAFFIC_RETRACTED_HIT)
 
 
 def _ceil(a: int, b: int) -> int:

@@ -99,6 +99,11 @@ class Drive(Protocol):
         """Whether a candidate keeps the first difference (the same kind of it)."""
         ...
 
+    def targets(self, played: Played) -> dict[str, float]:
+        """What the sweep asks Hypothesis to steer toward (``hypothesis.target``): a score per label,
+        higher for a scenario nearer the rare shapes the drive wants reached."""
+        ...
+
     def candidates(self, scenario: Any) -> Iterator[Any]:
         """Smaller scenarios, big cuts first (``kvparity.run.minimize``)."""
         ...

@@ -113,6 +113,9 @@ class HarnessDrive:
     def same(self, played: Played, first: Played) -> bool:
         return played.kind == first.kind
 
+    def targets(self, played: Played) -> dict[str, float]:
+        return {}  # the templates steer by construction (warm start, chunked rounds, ...)
+
     def candidates(self, scenario: Scenario) -> Iterator[Scenario]:
         return step_candidates(scenario)
 

@@ -27,7 +27,7 @@ from kvparity.engine.real.changes import changes_between
 from kvparity.engine.traffic_players import ModelTrafficPlayer, RealTrafficPlayer, TrafficPlayer
 from kvparity.engine.traffic_run import TrafficRun
 from kvparity.judge.admission import TrafficJudgement, judge_traffic, traffic_problems
-from kvparity.judge.traffic_classes import traffic_classes
+from kvparity.judge.traffic_classes import rare_counts, traffic_classes
 from kvparity.mem_cache.schedule_policy import POLICIES
 from kvparity.model.classes import TRAFFIC_REQUIRED
 from kvparity.model.traffic import LOOPS, TrafficScenario, traffic_to_dict
@@ -145,6 +145,11 @@ class SchedulerDrive:
         if first.kind == "decision" and theirs.decision is not None and mine.decision is not None:
             return mine.decision.field == theirs.decision.field
         return True
+
+    def targets(self, played: Played) -> dict[str, float]:
+        """The rare shapes (``TRAFFIC_RARE``) the reference's run met, counted: Hypothesis steers
+        toward scenarios that meet them more often."""
+        return {name: float(count) for name, count in rare_counts(played.result[0][0]).items()}
 
     def candidates(self, scenario: TrafficScenario) -> Iterator[TrafficScenario]:
         return traffic_candidates(scenario)

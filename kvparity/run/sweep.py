@@ -19,7 +19,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from hypothesis import HealthCheck, Verbosity, given, seed, settings
+from hypothesis import HealthCheck, Verbosity, given, seed, settings, target
 
 from kvparity.engine.real.worker import WorkerStartError
 from kvparity.run.drive import Drive, Played, Task, finding_reached
@@ -120,6 +120,8 @@ def _play_task(task: Task, drive: Drive, events: SweepEvents, outcome: TaskOutco
             raise Unplayable(exc) from None
         for name, value in played.facts.items():
             outcome.facts.setdefault(name, value)
+        for label, score in drive.targets(played).items():
+            target(score, label=label)
         first_before = row.first
         row.count(played, task.name)
         events.played()
