@@ -52,6 +52,7 @@ import tempfile
 import time
 import traceback
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -171,6 +172,48 @@ def _prctl(option: int, value: int) -> bool:
         return _libc().prctl(option, value, 0, 0, 0) == 0
     except (OSError, AttributeError):
         return False
+
+
+# A call's limit is on the CPU time its worker gets, not on the wall clock alone: on a busy machine
+# a worker still running (using CPU) but given less than the limit's worth of it is waited for, a
+# second at a time, up to STARVED_CAP times the limit. A worker that uses no CPU (asleep, stopped,
+# deadlocked) or has used its limit's worth is timed out as before. Load is not the candidate's fault.
+STARVED_STEP = 1.0
+STARVED_CAP = 10.0
+STARVED_PROGRESS = 0.1  # of the wall time since the last look: less CPU than this is not running
+
+
+def keep_waiting(cpu_used: float, cpu_step: float, wall_step: float, limit: float, waited: float) -> bool:
+    """Whether a call past its wall limit is only starved: it has used less than ``limit`` seconds
+    of CPU, used some in the last ``wall_step`` seconds, and has waited less than the cap."""
+    return cpu_used < limit and cpu_step >= STARVED_PROGRESS * wall_step and waited < STARVED_CAP * limit
+
+
+class _CpuClock:
+    """The CPU time (user and system, all threads) a worker has used since a call began, from
+    ``/proc`` (where there is none, a call is timed by the wall clock only)."""
+
+    def __init__(self, pid: int | None, limit: float, started: float) -> None:
+        self.pid, self.limit, self.started = pid, limit, started
+        self.first = self.last = self._read()
+        self.last_at = started
+
+    def _read(self) -> float | None:
+        if self.pid is None:
+            return None
+        try:
+            fields = Path(f"/proc/{self.pid}/stat").read_text().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            return None
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+    def starved(self, now: float) -> bool:
+        cpu = self._read()
+        if cpu is None or self.first is None or self.last is None:
+            return False
+        waiting = keep_waiting(cpu - self.first, cpu - self.last, now - self.last_at, self.limit, now - self.started)
+        self.last, self.last_at = cpu, now
+        return waiting
 
 
 class Sandbox:
@@ -387,7 +430,9 @@ class Sandbox:
             self._wait_for_data(deadline - time.monotonic())
 
     def _receive(self, timeout: float) -> dict[str, Any]:
-        deadline = time.monotonic() + timeout
+        started = time.monotonic()
+        deadline = started + timeout
+        clock = _CpuClock(self.worker_pid, timeout, started)
         while True:
             line = self._take_line()
             if line is not None:
@@ -399,6 +444,8 @@ class Sandbox:
                     return self._parse(line)
                 raise WorkerDied(self.death)
             left = deadline - time.monotonic()
+            if left <= 0 and clock.starved(time.monotonic()):
+                deadline, left = time.monotonic() + STARVED_STEP, STARVED_STEP
             if left <= 0:
                 raise WorkerTimedOut(f"no answer within {timeout:g} s")
             self._wait_for_data(left)

@@ -289,3 +289,48 @@ def test_a_huge_exception_message_and_load_error_are_cut(sandbox):
     assert loaded.status == "load_error", loaded
     assert len(loaded.error.encode()) < 6000 and "bytes cut" in loaded.error
     assert "HUGE-LOAD-START" in loaded.error and loaded.error.endswith("HUGE-LOAD-END")
+
+
+def test_a_starved_call_is_waited_for_and_a_sleeping_one_is_not():
+    """The limit is on the CPU a call gets: past the wall limit, a worker still running on less
+    than the limit's worth of CPU is waited for; one that uses none (asleep) is not."""
+    from kvparity.candidate.sandbox import STARVED_CAP, keep_waiting
+
+    assert keep_waiting(cpu_used=0.6, cpu_step=0.5, wall_step=2.0, limit=1.0, waited=2.0)  # a share of a CPU
+    assert not keep_waiting(cpu_used=1.0, cpu_step=0.5, wall_step=2.0, limit=1.0, waited=2.0)  # its limit used
+    assert not keep_waiting(cpu_used=0.0, cpu_step=0.0, wall_step=2.0, limit=1.0, waited=2.0)  # asleep
+    assert not keep_waiting(cpu_used=0.6, cpu_step=0.5, wall_step=2.0, limit=1.0, waited=STARVED_CAP)
+
+
+@linux_only
+def test_a_call_crowded_off_its_cpu_still_returns(monkeypatch):
+    """A correct call that needs 1.6 s of CPU under a 2 s limit, on a CPU shared with three busy
+    processes (half of it or less, the worker being a session of its own: 3.2 s of wall time or
+    more), returns: load is not the candidate's fault."""
+    import multiprocessing
+
+    cpu = sorted(os.sched_getaffinity(0))[0]
+    monkeypatch.setenv("KVPARITY_SBX_CPU", str(cpu))
+    monkeypatch.setenv("KVPARITY_SBX_CPU_SECONDS", "1.6")
+    context = multiprocessing.get_context("fork")  # busy at once (a spawned one imports first)
+    crowd = [context.Process(target=_busy, args=(cpu,), daemon=True) for _ in range(3)]
+    for p in crowd:
+        p.start()
+    try:
+        with Sandbox(call_timeout=10.0) as box:  # started (torch imported) before the clock runs
+            box.load(TARGET, spec("sbx_starved_cpu"))
+            box.call_timeout = 2.0
+            started = time.monotonic()
+            outcome = box.call(TARGET, spec("sbx_starved_cpu"), BATCH.to_dict())
+            waited = time.monotonic() - started
+    finally:
+        for p in crowd:
+            p.kill()
+    assert outcome.status == "returned", outcome.error
+    assert waited > 2.0  # it was past the wall limit, and waited for
+
+
+def _busy(cpu: int) -> None:
+    os.sched_setaffinity(0, {cpu})
+    while True:
+        pass
