@@ -36,6 +36,7 @@ from kvparity.engine.real.hybrid import (
     imported_names,
     module_path,
     unified_diff,
+    unit_texts,
 )
 from kvparity.engine.real.worker import LOADED_ENV
 from kvparity.run.ddmin import FAIL, PASS, UNRESOLVED, ddmin
@@ -72,6 +73,7 @@ class Explanation:
     why: str = ""
     files: tuple[FileChange, ...] = ()
     carried: tuple[FileChange, ...] = ()  # B's files the hybrids took for their imports, not the culprit
+    companions: tuple[str, ...] = ()  # B's functions every hybrid took to run at all (learnt from what they missed)
     functions: tuple[FileChange | FunctionChange, ...] = ()  # a file that cannot be split stays whole
     diff: str = ""
     changed_files: int = 0  # files of the package that differ between A and B
@@ -89,6 +91,8 @@ class Explanation:
             return head + [f"  no culprit: {self.why}"]
         found = [f"  culprit: {len(self.files)} file(s), {len(self.functions)} function(s)"]
         found += [f"    {c.path} ({c.kind})" for c in self.files]
+        if self.companions:
+            found.append(f"    (with B's {', '.join(self.companions)}, which the hybrids needed to run)")
         if self.carried:
             found.append(f"    (the hybrids also took, to import, B's module-level code and new functions of "
                          f"{len(self.carried)} other file(s))")
@@ -100,6 +104,7 @@ class Explanation:
                 "status": self.status, "why": self.why,
                 "files": [{"path": c.path, "kind": c.kind} for c in self.files],
                 "carried": [{"path": c.path, "kind": c.kind} for c in self.carried],
+                "companions": list(self.companions),
                 "functions": [{"path": c.path, "name": _name(c), "kind": c.kind} for c in self.functions],
                 "diff": self.diff, "changed_files": self.changed_files, "loaded_files": self.loaded_files,
                 "hybrids": self.hybrids, "unresolved": self.unresolved, "seconds": round(self.seconds, 1)}
@@ -133,7 +138,10 @@ def explain(a: str, b: str, replayer: Replayer, say: Callable[[str], None] = lam
     focus = tuple(c for c in files if c.path.startswith(FOCUS))
     chosen = ddmin(focus if focus and search.files(focus) == FAIL else files, search.files)
     group = search.needed(chosen)
-    found.functions = _function_search(a, b, group, search)
+    minimal = _function_search(a, b, group, search)
+    # What every hybrid needed to run is named apart, unless it is all the search is left with.
+    found.functions = tuple(c for c in minimal if c not in search.unit_companions) or minimal
+    found.companions = tuple(sorted(_label(c) for c in search.unit_companions if c not in found.functions))
     culprit_paths = {c.path for c in found.functions}
     found.files = tuple(c for c in group if c.path in culprit_paths)
     found.carried = tuple(c for c in group if c.path not in culprit_paths)
@@ -147,7 +155,8 @@ def _function_search(a: str, b: str, group: tuple[FileChange, ...],
     """The smallest set of changed functions (and module-level code) of ``group``, the files found
     and those they need to import, that carries the difference; a file that cannot be split is one
     unit."""
-    return ddmin([u for c in group for u in _units(a, b, c)], search.functions)
+    search.units = tuple(u for c in group for u in _units(a, b, c))
+    return ddmin(search.units, search.functions)
 
 
 def _diff(a: str, b: str, path: str, culprit: list[FileChange | FunctionChange]) -> str:
@@ -211,6 +220,9 @@ class _Search:
         self.a, self.b, self.replayer, self.first, self.found, self.say = a, b, replayer, first, found, say
         self.candidates: tuple[FileChange, ...] = ()  # the files the search chooses from
         self.companions: set[str] = set()  # files learnt to be needed by every hybrid
+        self.units: tuple[FileChange | FunctionChange, ...] = ()  # what the function search chooses from
+        self.unit_companions: set[FileChange | FunctionChange] = set()  # units learnt to be needed by every hybrid
+        self.unit_text_cache: dict[str, dict[str, tuple[str, str]]] = {}
         self.import_cache: dict[tuple[str, str], set[tuple[str, str]]] = {}
         self.names_cache: dict[tuple[str, str], set[str] | None] = {}
 
@@ -230,17 +242,16 @@ class _Search:
         return outcome
 
     def _providers(self, line: str, group: tuple[FileChange, ...]) -> set[str]:
-        """The candidate files outside ``group`` whose B text has a name the error says is missing
-        and whose A text does not."""
+        """The candidate files outside ``group`` whose B text brings a name the error says is
+        missing, or drops it (``_brings_or_drops``)."""
         inside = {c.path for c in group}
-        names = set(re.findall(r"(?:attribute|import name|keyword argument|name) '(\w+)'", line))
+        names = _missing_names(line)
         modules = {m.replace(".", "/") for m in re.findall(r"No module named '([\w.]+)'", line)}
         found = {path for m in modules for path in (module_path(m, self.b),) if path}
         for c in self.candidates:
             if c.path in inside or not c.path.endswith(".py") or c.kind == "removed":
                 continue
-            theirs, mine = _text(self.b, c.path), _text(self.a, c.path)
-            if any(re.search(rf"\b{n}\b", theirs) and not re.search(rf"\b{n}\b", mine) for n in names):
+            if _brings_or_drops(_text(self.a, c.path), _text(self.b, c.path), names):
                 found.add(c.path)
         return {p for p in found if p in {c.path for c in self.candidates}} - inside
 
@@ -297,8 +308,32 @@ class _Search:
         return names is None or name in names
 
     def functions(self, chosen: tuple[FileChange | FunctionChange, ...]) -> str:
+        """A with B's ``chosen`` functions (and the companions learnt so far, which a hybrid of
+        them needed to run: a function that defines or sets a name another one uses)."""
         names = [c.path if isinstance(c, FileChange) else f"{c.path}: {c.name}" for c in chosen]
-        return self._test(self.overrides_for(chosen), names)[0]
+        for _ in range(REPAIRS + 1):
+            taken = tuple(dict.fromkeys((*chosen, *self.unit_companions)))
+            outcome, line = self._test(self.overrides_for(taken), names, len(taken) - len(chosen))
+            learned = self._unit_providers(line, set(taken)) if outcome == UNRESOLVED else set()
+            if not learned:
+                return outcome
+            self.unit_companions.update(learned)
+            self.say(f"    taken from now on, for what the hybrid missed: {', '.join(sorted(map(_label, learned)))}")
+        return outcome
+
+    def _unit_providers(self, line: str, taken: set[FileChange | FunctionChange]) -> set[FileChange | FunctionChange]:
+        """The units outside ``taken`` whose B text brings or drops a name the error says is missing."""
+        names = _missing_names(line)
+        found: set[FileChange | FunctionChange] = set()
+        for unit in self.units:
+            if unit in taken or not isinstance(unit, FunctionChange):
+                continue
+            if unit.path not in self.unit_text_cache:
+                self.unit_text_cache[unit.path] = unit_texts(_text(self.a, unit.path), _text(self.b, unit.path))
+            mine, theirs = self.unit_text_cache[unit.path].get(unit.name, ("", ""))
+            if _brings_or_drops(mine, theirs, names):
+                found.add(unit)
+        return found
 
     def overrides_for(self, chosen: tuple[FileChange | FunctionChange, ...]) -> dict[str, str | bytes | None]:
         """The files of a hybrid: whole files of B, and files of A with some of B's functions."""
@@ -328,6 +363,24 @@ class _Search:
         self.say(f"  hybrid {self.found.hybrids}: A + {shown}: {outcome}" + (f" ({line[-160:]})" if outcome == UNRESOLVED else ""))
         self.found.attempts.append({"changes": names, "outcome": outcome, "line": line})
         return outcome, line
+
+
+def _brings_or_drops(mine: str, theirs: str, names: set[str]) -> bool:
+    """Whether B's text of a file or function brings one of ``names`` A's lacks (B defines or sets
+    what a hybrid missed), or drops one A's uses (A uses what B's other changes removed)."""
+    def has(text: str, name: str) -> bool:
+        return re.search(rf"\b{name}\b", text) is not None
+
+    return any(has(theirs, n) != has(mine, n) for n in names)
+
+
+def _missing_names(line: str) -> set[str]:
+    """The names an error says are missing: an attribute, an imported name, a keyword, a name."""
+    return set(re.findall(r"(?:attribute|import name|keyword argument|name) '(\w+)'", line))
+
+
+def _label(change: FileChange | FunctionChange) -> str:
+    return f"{change.path}: {_name(change)}"
 
 
 def _b_text(b: str, change: FileChange) -> bytes | None:

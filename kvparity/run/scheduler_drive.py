@@ -29,7 +29,7 @@ from kvparity.engine.traffic_run import TrafficRun
 from kvparity.judge.admission import TrafficJudgement, judge_traffic, traffic_problems
 from kvparity.judge.traffic_classes import rare_counts, traffic_classes
 from kvparity.mem_cache.schedule_policy import POLICIES
-from kvparity.model.classes import TRAFFIC_REQUIRED
+from kvparity.model.classes import TRAFFIC_CHUNK_IN_FLIGHT_FREED, TRAFFIC_REQUIRED
 from kvparity.model.traffic import LOOPS, TrafficScenario, traffic_to_dict
 from kvparity.model.traffic_strategies import traffic_scenarios
 from kvparity.run.candidates import traffic_candidates
@@ -39,6 +39,13 @@ from kvparity.run.plan import shards
 from kvparity.run.verdict import Verdict
 
 DEFAULT_TRAFFIC_EXAMPLES = 40  # per schedule policy and event loop
+# The rare shape Hypothesis steers toward (``hypothesis.target``). Measured on the default check of
+# 0.5.3.post1 against 0.5.3 (320 scenarios, 160 in the overlap loop), unsteered -> steered: rows
+# freed under a chunk in flight 31 -> 87 of 160, retractions in the overlap loop 24 -> 60 of 160,
+# retracted requests readmitted on a hit 42 -> 66 of 320 (the other two follow the first); the
+# required classes stay reached (radix hits on running requests 256 -> 183 of 320). Steering toward
+# all three at once lowered readmissions on a hit and every required class more.
+STEERED = (TRAFFIC_CHUNK_IN_FLIGHT_FREED,)
 
 
 @dataclass(frozen=True)
@@ -149,7 +156,8 @@ class SchedulerDrive:
     def targets(self, played: Played) -> dict[str, float]:
         """The rare shapes (``TRAFFIC_RARE``) the reference's run met, counted: Hypothesis steers
         toward scenarios that meet them more often."""
-        return {name: float(count) for name, count in rare_counts(played.result[0][0]).items()}
+        counts = rare_counts(played.result[0][0])
+        return {name: float(counts[name]) for name in STEERED}
 
     def candidates(self, scenario: TrafficScenario) -> Iterator[TrafficScenario]:
         return traffic_candidates(scenario)

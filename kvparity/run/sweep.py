@@ -112,6 +112,7 @@ def _play_task(task: Task, drive: Drive, events: SweepEvents, outcome: TaskOutco
     """Draw and play ``task``'s scenarios; True when the run must stop (a difference found by a
     drive that stops at the first, or another task's)."""
     row = outcome.row
+    drive = _Steering(drive)  # (rebound, not renamed: play_one's text decides the derandomized draws)
 
     def play_one(scenario: Any) -> None:
         try:
@@ -120,8 +121,6 @@ def _play_task(task: Task, drive: Drive, events: SweepEvents, outcome: TaskOutco
             raise Unplayable(exc) from None
         for name, value in played.facts.items():
             outcome.facts.setdefault(name, value)
-        for label, score in drive.targets(played).items():
-            target(score, label=label)
         first_before = row.first
         row.count(played, task.name)
         events.played()
@@ -144,6 +143,23 @@ def _play_task(task: Task, drive: Drive, events: SweepEvents, outcome: TaskOutco
     except Unplayable as unplayable:
         raise unplayable.error from None
     return False
+
+
+class _Steering:
+    """A drive whose plays tell Hypothesis what to steer toward (``Drive.targets``, through
+    ``hypothesis.target``); everything else is the drive's."""
+
+    def __init__(self, drive: Drive) -> None:
+        self.drive = drive
+
+    def play(self, scenario: Any) -> Any:
+        played = self.drive.play(scenario)
+        for label, score in self.drive.targets(played).items():
+            target(score, label=label)
+        return played
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.drive, name)
 
 
 def draw(task: Task, strategy: Any, play_one: Any) -> None:

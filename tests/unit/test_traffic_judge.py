@@ -134,3 +134,25 @@ def test_the_verdict_line_says_what_differs_under_which_policy_and_loop():
                                             "reference lacks under fcfs, lpm (overlap loop)")
     finally:
         drive.close()
+
+
+def test_the_rare_shapes_are_counted_from_a_runs_records():
+    """Overlap loop: ``a`` launched as a chunk at iteration 0 while ``b`` finishes at iteration 1
+    (rows freed under a chunk in flight); ``c`` retracted at 2 (back in the queue), readmitted at 3
+    on a two-token hit."""
+    from kvparity.judge.traffic_classes import rare_counts
+    from kvparity.model.classes import (
+        TRAFFIC_CHUNK_IN_FLIGHT_FREED,
+        TRAFFIC_OVERLAP_RETRACTION,
+        TRAFFIC_RETRACTED_HIT,
+    )
+
+    records = (rec(0, "EXTEND", ["a", "b", "c"], [0, 0, 0], [4, 2, 2], chunked="a"),
+               rec(1, "DECODE", ["b", "c"], finished=["b"]),
+               rec(2, "DECODE", ["c"], waiting=["c"], retracted=1),
+               rec(3, "EXTEND", ["c"], [2], [1]))
+    assert rare_counts(run(*records)) == {TRAFFIC_CHUNK_IN_FLIGHT_FREED: 1, TRAFFIC_OVERLAP_RETRACTION: 1,
+                                          TRAFFIC_RETRACTED_HIT: 1}
+    normal = TrafficRun("normal", records, (), {})
+    assert rare_counts(normal) == {TRAFFIC_CHUNK_IN_FLIGHT_FREED: 0, TRAFFIC_OVERLAP_RETRACTION: 0,
+                                   TRAFFIC_RETRACTED_HIT: 1}

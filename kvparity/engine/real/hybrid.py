@@ -198,6 +198,17 @@ def function_changes(path: str, a_text: str, b_text: str) -> list[FunctionChange
     return sorted(changes)
 
 
+def unit_texts(a_text: str, b_text: str) -> dict[str, tuple[str, str]]:
+    """Each unit's text on both sides (``""`` where a side lacks it); ``<module>``'s is what is
+    left of the module once every unit is cut out."""
+    a_all, b_all = _defs(a_text), _defs(b_text)
+    a_units, b_units = _units(a_all, b_all), _units(b_all, a_all)
+    texts = {name: (a_units[name].text if name in a_units else "", b_units[name].text if name in b_units else "")
+             for name in a_units.keys() | b_units.keys()}
+    texts[MODULE_REST] = ("".join(_skeleton(a_text, a_units)), "".join(_skeleton(b_text, b_units)))
+    return texts
+
+
 def hybrid_text(a_text: str, b_text: str, chosen: set[str]) -> str:
     """A's module with the units named in ``chosen`` as B has them (``<module>`` chosen: B's module
     with the units not chosen as A has them). A unit only one side has is added at the end of its
