@@ -22,6 +22,11 @@ from kvparity.engine.real.changes import changes_between
 from kvparity.judge.compare import RENUMBERED_BETWEEN_RELEASES
 from kvparity.run.events import QuietEvents
 from kvparity.run.plan import FINDING_BUDGET_S, SweepPlan
+
+# Shrinking in the matrix is bounded by candidates played, so that two runs (any machine, any
+# --jobs) write the same JSON apart from times; the time budgets stay only as a far cap.
+SHRINK_TRIES = 60
+TIME_CAP = 10
 from kvparity.run.sweep import sweep
 from kvparity.run.verdict import Verdict, to_json
 
@@ -111,7 +116,9 @@ def run_matrix(drive: str, sources: dict[str, Any], pairs: list[tuple[str, str]]
     try:
         for i, (ref, other) in enumerate(pairs):
             judge = pair_drive(drive, releases, ref, other)
-            plan = SweepPlan(None, tuple(judge.tasks(examples, seed)), shrink_budget_s, FINDING_BUDGET_S)
+            plan = SweepPlan(None, tuple(judge.tasks(examples, seed)),
+                             None if shrink_budget_s is None else shrink_budget_s * TIME_CAP,
+                             FINDING_BUDGET_S * TIME_CAP, shrink_tries=SHRINK_TRIES)
             verdict = sweep(judge, plan, events=QuietEvents())
             rows.append(pair_row(ref, other, verdict, judge))
             say(f"{ref} -> {other}: {rows[-1]['label']}: {verdict.summary_line} ({verdict.scenarios} scenarios, "

@@ -48,20 +48,22 @@ Progress = Callable[[int, Any], None]  # (candidates tried so far, the smallest 
 
 
 def minimize(scenario: S, fails: Callable[[S], bool], *, candidates: Callable[[S], Iterator[S]],
-             budget_s: float = DEFAULT_BUDGET_S, progress: Progress | None = None) -> Shrunk:
+             budget_s: float = DEFAULT_BUDGET_S, progress: Progress | None = None,
+             max_tried: int | None = None) -> Shrunk:
     """The smallest scenario reachable from ``scenario`` by removals that still fails, within
     ``budget_s``. Candidates come biggest cut first (half the requests, half the steps, ... down
     to one; then single names and tokens), each candidate is played once (a repeat is answered
     from memory), and the first that fails is taken; then the search starts again from the
     biggest cuts (a bigger cut may work now). When none fails, the scenario is minimal. (Going on
     from the cut just made plays about half as many candidates, but on the real-SGLang mutants it
-    settled in local minima up to twice as large: 7 requests and 7 steps where this finds 5 and 3.)"""
+    settled in local minima up to twice as large: 7 requests and 7 steps where this finds 5 and 3.)
+    ``max_tried`` bounds it by candidates played as well: what the machine's speed cannot change."""
     start = time.monotonic()
     known: dict[S, bool] = {}
     tried = 0
     while True:
         for candidate in candidates(scenario):
-            if time.monotonic() - start >= budget_s:
+            if time.monotonic() - start >= budget_s or (max_tried is not None and tried >= max_tried):
                 return Shrunk(scenario, tried, False, time.monotonic() - start)
             if candidate not in known:
                 known[candidate] = fails(candidate)

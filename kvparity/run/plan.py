@@ -45,6 +45,9 @@ class SweepPlan:
     tasks: tuple[Task, ...]
     shrink_budget_s: float | None = DEFAULT_BUDGET_S
     finding_budget_s: float = FINDING_BUDGET_S
+    # Candidates a shrink may play (None: its time budget alone). The release matrix bounds shrinking
+    # by count, with time only as a far cap, so that its JSON is the same on any machine and --jobs.
+    shrink_tries: int | None = None
 
 
 @dataclass

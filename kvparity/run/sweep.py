@@ -188,7 +188,7 @@ def _shrink_first(first: Example, plan: SweepPlan, drive: Drive, events: SweepEv
         smallest[candidate] = replay(candidate)
         return drive.same(smallest[candidate], first.found)
 
-    first.shrunk = minimize(first.found.scenario, fails, budget_s=plan.shrink_budget_s,
+    first.shrunk = minimize(first.found.scenario, fails, budget_s=plan.shrink_budget_s, max_tried=plan.shrink_tries,
                             progress=events.shrinking, candidates=drive.candidates)
     first.shrunk_played = first.found if first.shrunk.scenario == first.found.scenario \
         else drive.play(first.shrunk.scenario)  # every world or player, for the report
@@ -212,6 +212,7 @@ def _shrink_findings(row: Row, plan: SweepPlan, drive: Drive, events: SweepEvent
             return reaches(found[candidate])  # noqa: B023
 
         shrunk = minimize(example.found.scenario, keeps, budget_s=min(plan.finding_budget_s, plan.shrink_budget_s),
+                          max_tried=plan.shrink_tries,
                           candidates=drive.candidates)
         if shrunk.scenario != example.found.scenario:
             example.shrunk, example.shrunk_played = shrunk, found[shrunk.scenario]

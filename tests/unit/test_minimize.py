@@ -83,3 +83,25 @@ def test_a_planted_bug_is_reported_with_nothing_removable(monkeypatch):
     assert kind is not None
     survivors = [s for s in smaller(reported) if failure_kind(run_scenario(s, TORCH_WORLDS)) == kind]
     assert survivors == [], survivors[0].to_python()
+
+
+def test_a_shrink_bounded_by_candidates_stops_at_the_same_scenario_however_slow_the_machine():
+    """The release matrix bounds shrinking by candidates played, not seconds: a slow play changes
+    the time it takes, not where it stops (so two runs write the same JSON)."""
+    import time
+
+    scenario = Scenario(
+        Geometry(4, 16, 64), "radix",
+        (RequestSpec("a", (1, 2, 3)), RequestSpec("b", (5, 7, 9)), RequestSpec("c", (4,), arrival=2)),
+        (Extend(("a", "b")), Decode(finish=("a",)), Extend(("c",)), Retract("c")),
+    )
+
+    def fails(slow):
+        def check(s):
+            time.sleep(slow)
+            return any(7 in r.tokens for r in s.requests)
+        return check
+
+    fast = minimize(scenario, fails(0.0), candidates=step_candidates, max_tried=3)
+    slow = minimize(scenario, fails(0.02), candidates=step_candidates, max_tried=3)
+    assert (fast.scenario, fast.tried, fast.complete) == (slow.scenario, 3, False)
