@@ -168,8 +168,10 @@ def _explain_matrix(args: argparse.Namespace) -> int:
     except (OSError, ValueError, TypeError, KeyError) as exc:
         print(f"kvparity explain: --matrix {args.matrix}: not a matrix's JSON ({exc!r})", file=sys.stderr)
         return USAGE_ERROR
-    explained: list[dict[str, Any]] = []
-    for pair in pairs:
+    explained = _already_explained(args, pairs)
+    if explained:
+        print(f"explain: {len(explained)} pair(s) already explained in {args.json}, kept", flush=True)
+    for pair in pairs[len(explained):]:
         print(f"\nexplain: {pair['other_release']} against {pair['reference_release']} ({pair['drive']}-driven"
               f"{', ' + pair['backend'] if pair.get('backend') else ''})", flush=True)
         scenario, drive = scenario_and_drive(pair["scenario"])
@@ -184,6 +186,19 @@ def _explain_matrix(args: argparse.Namespace) -> int:
         explained.append(pair)
         _write_matrix_outputs(args, explained, pairs[len(explained):])  # kept current: a long run may be stopped
     return 0 if all(e["explanation"]["status"] == "culprit" for e in explained) else 1
+
+
+def _already_explained(args: argparse.Namespace, pairs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """What an earlier run of the same matrix wrote to ``--json`` (it was stopped, or is resumed):
+    its explained pairs, when they are the first of this matrix's, in order."""
+    try:
+        earlier = json.loads(Path(args.json).read_text()) if args.json else {}
+    except (OSError, ValueError):
+        return []
+    done = earlier.get("explained", []) if earlier.get("matrix") == Path(args.matrix).name else []
+    same = [e for e, p in zip(done, pairs) if (e["reference_release"], e["other_release"], e["drive"]) ==
+            (p["reference_release"], p["other_release"], p["drive"])]
+    return same if len(same) == len(done) else []
 
 
 def _write_matrix_outputs(args: argparse.Namespace, explained: list[dict[str, Any]], pending: list[dict[str, Any]]) -> None:

@@ -138,7 +138,11 @@ def explain(a: str, b: str, replayer: Replayer, say: Callable[[str], None] = lam
     focus = tuple(c for c in files if c.path.startswith(FOCUS))
     chosen = ddmin(focus if focus and search.files(focus) == FAIL else files, search.files)
     group = search.needed(chosen)
-    minimal = _function_search(a, b, group, search)
+    # The functions searched: those of the files found and of the companions the hybrids learnt
+    # they need (a culprit can hide there); the files taken only for their imports go whole.
+    searched = tuple(c for c in group if c in chosen or c.path in search.companions)
+    search.whole = tuple(c for c in group if c not in searched)
+    minimal = _function_search(a, b, searched, search)
     # What every hybrid needed to run is named apart, unless it is all the search is left with.
     found.functions = tuple(c for c in minimal if c not in search.unit_companions) or minimal
     found.companions = tuple(sorted(_label(c) for c in search.unit_companions if c not in found.functions))
@@ -223,6 +227,7 @@ class _Search:
         self.units: tuple[FileChange | FunctionChange, ...] = ()  # what the function search chooses from
         self.unit_companions: set[FileChange | FunctionChange] = set()  # units learnt to be needed by every hybrid
         self.unit_text_cache: dict[str, dict[str, tuple[str, str]]] = {}
+        self.whole: tuple[FileChange, ...] = ()  # files every hybrid of the function search takes whole from B
         self.import_cache: dict[tuple[str, str], set[tuple[str, str]]] = {}
         self.names_cache: dict[tuple[str, str], set[str] | None] = {}
 
@@ -338,7 +343,7 @@ class _Search:
     def overrides_for(self, chosen: tuple[FileChange | FunctionChange, ...]) -> dict[str, str | bytes | None]:
         """The files of a hybrid: whole files of B, and files of A with some of B's functions."""
         everything = chosen
-        whole = {c.path: _b_text(self.b, c) for c in everything if isinstance(c, FileChange)}
+        whole = {c.path: _b_text(self.b, c) for c in (*self.whole, *everything) if isinstance(c, FileChange)}
         by_file: dict[str, set[str]] = {}
         for c in everything:
             if isinstance(c, FunctionChange):

@@ -20,13 +20,13 @@ def test_sglangs_own_get_last_loc_gets_parity_and_a_changed_copy_does_not(tmp_pa
     from kvparity.candidate.check import check_candidate
 
     spec = lift(f"sglang:{backend}", "get_last_loc", tmp_path)
-    assert check_candidate("get_last_loc", spec, 20, 0).verdict == "parity"
+    assert check_candidate("get_last_loc", spec, 10, 0).verdict == "parity"
     path, _, name = spec.rpartition(":")
     text = open(path).read()
     broken = text.replace("prefix_lens_tensor - 1", "prefix_lens_tensor - 2").replace("(prefix_lens - 1)", "(prefix_lens - 2)")
     assert broken != text
     (tmp_path / "broken.py").write_text(broken)
-    assert check_candidate("get_last_loc", f"{tmp_path / 'broken.py'}:{name}", 20, 0).verdict == "divergence"
+    assert check_candidate("get_last_loc", f"{tmp_path / 'broken.py'}:{name}", 10, 0).verdict == "divergence"
 
 
 def test_a_backend_or_target_without_a_lift_is_a_load_error(tmp_path):
