@@ -244,11 +244,13 @@ def explained_markdown(result: dict[str, Any]) -> str:
                      f"{x.get('hybrids', 0)} ({x.get('unresolved', 0)}) | {x.get('seconds', 0):.0f} |")
     for p in result.get("pending", []):
         lines.append(f"| {p['reference_release']} -> {p['other_release']} | {p['drive']} | not explained: the run "
-                     "stopped before this pair | | |")
+                     "stopped before it had explained this pair | | |")
     for e in result["explained"]:
         x = e["explanation"]
         if x["status"] == "culprit":
             lines += ["", f"## {e['reference_release']} -> {e['other_release']} ({e['drive']}-driven)", "",
-                      f"First difference: {e['difference'].splitlines()[0] if e['difference'] else ''}", "",
-                      "```diff", x["diff"].rstrip("\n"), "```"]
+                      f"First difference: {e['difference'].splitlines()[0] if e['difference'] else ''}", ""]
+            if x.get("companions"):
+                lines += [f"Taken with it, because the hybrids needed them to run: {', '.join(x['companions'])}.", ""]
+            lines += ["```diff", x["diff"].rstrip("\n"), "```"]
     return "\n".join(lines) + "\n"
