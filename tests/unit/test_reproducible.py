@@ -26,7 +26,7 @@ def _verdict(tmp_path, argv, jobs):
     return _without_times(json.loads(out.read_text()))
 
 
-@pytest.mark.parametrize("argv", [["--drive", "scheduler", "--traffic-examples", "3"],
+@pytest.mark.parametrize("argv", [["--drive", "scheduler", "--traffic-examples", "2"],
                                   ["--backend", "torch", "--examples", "22"]], ids=["scheduler", "harness"])
 def test_the_same_seed_gives_the_same_verdict_on_one_job_and_on_two(tmp_path, argv):
     one = _verdict(tmp_path, argv, 1)

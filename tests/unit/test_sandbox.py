@@ -304,16 +304,15 @@ def test_a_starved_call_is_waited_for_and_a_sleeping_one_is_not():
 
 @linux_only
 def test_a_call_crowded_off_its_cpu_still_returns(monkeypatch):
-    """A correct call that needs 1.6 s of CPU under a 2 s limit, on a CPU shared with three busy
-    processes (half of it or less, the worker being a session of its own: 3.2 s of wall time or
-    more), returns: load is not the candidate's fault."""
+    """A correct call that needs 1.6 s of CPU under a 2 s limit, on a CPU shared with a busy process
+    (half of it: 3.2 s of wall time), returns: load is not the candidate's fault."""
     import multiprocessing
 
     cpu = sorted(os.sched_getaffinity(0))[0]
     monkeypatch.setenv("KVPARITY_SBX_CPU", str(cpu))
     monkeypatch.setenv("KVPARITY_SBX_CPU_SECONDS", "1.6")
     context = multiprocessing.get_context("fork")  # busy at once (a spawned one imports first)
-    crowd = [context.Process(target=_busy, args=(cpu,), daemon=True) for _ in range(3)]
+    crowd = [context.Process(target=_busy, args=(cpu,), daemon=True)]  # one: the rest of the suite runs beside
     for p in crowd:
         p.start()
     try:
