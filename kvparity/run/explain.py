@@ -94,8 +94,7 @@ class Explanation:
         if self.companions:
             found.append(f"    (with B's {', '.join(self.companions)}, which the hybrids needed to run)")
         if self.carried:
-            found.append(f"    (the hybrids also took, to import, B's module-level code and new functions of "
-                         f"{len(self.carried)} other file(s))")
+            found.append(f"    (the hybrids also took {len(self.carried)} other file(s) of B whole, to import)")
         found += [f"    {c.path}: {_name(c)} ({c.kind})" for c in self.functions]
         return head + found + ["", self.diff.rstrip("\n")]
 
@@ -156,9 +155,8 @@ def explain(a: str, b: str, replayer: Replayer, say: Callable[[str], None] = lam
 
 def _function_search(a: str, b: str, group: tuple[FileChange, ...],
                      search: _Search) -> tuple[FileChange | FunctionChange, ...]:
-    """The smallest set of changed functions (and module-level code) of ``group``, the files found
-    and those they need to import, that carries the difference; a file that cannot be split is one
-    unit."""
+    """The smallest set of changed functions (and module-level code) of ``group`` (the files found
+    and the companions learnt) that carries the difference; a file that cannot be split is one unit."""
     search.units = tuple(u for c in group for u in _units(a, b, c))
     return ddmin(search.units, search.functions)
 
@@ -210,10 +208,6 @@ def _units(a: str, b: str, change: FileChange) -> list[FileChange | FunctionChan
 def _text(root: str, path: str) -> str:
     full = Path(root) / path
     return full.read_text(errors="replace") if full.exists() else ""
-
-
-def _decoded(data: str | bytes | None) -> str:
-    return data.decode(errors="replace") if isinstance(data, bytes) else data or ""
 
 
 class _Search:
@@ -342,10 +336,9 @@ class _Search:
 
     def overrides_for(self, chosen: tuple[FileChange | FunctionChange, ...]) -> dict[str, str | bytes | None]:
         """The files of a hybrid: whole files of B, and files of A with some of B's functions."""
-        everything = chosen
-        whole = {c.path: _b_text(self.b, c) for c in (*self.whole, *everything) if isinstance(c, FileChange)}
+        whole = {c.path: _b_text(self.b, c) for c in (*self.whole, *chosen) if isinstance(c, FileChange)}
         by_file: dict[str, set[str]] = {}
-        for c in everything:
+        for c in chosen:
             if isinstance(c, FunctionChange):
                 by_file.setdefault(c.path, set()).add(c.name)
         return whole | {path: hybrid_text(_text(self.a, path), _text(self.b, path), names)
