@@ -26,6 +26,7 @@ from typing import Any, Protocol
 
 from kvparity.engine.real import RealSGLangError
 from kvparity.engine.real.hybrid import (
+    MODULE_REST,
     FileChange,
     FunctionChange,
     build_hybrid,
@@ -118,12 +119,13 @@ def explain(a: str, b: str, replayer: Replayer, say: Callable[[str], None] = lam
     the replayer's scenario."""
     started = time.monotonic()
     found = Explanation(reference=a, checked=b)
-    first, loaded = _baseline(b, replayer)
+    first, loaded, called = _baseline(b, replayer)
     if first.agree:
         found.why = "A and B agree on this scenario: nothing to explain"
         return _timed(found, started)
     found.difference = first.line
     search = _Search(a, b, replayer, first, found, say)
+    search.called = called
     every = changed_files(a, b)
     files = [c for c in every if c.path in loaded]
     search.candidates = tuple(files)
@@ -156,9 +158,27 @@ def explain(a: str, b: str, replayer: Replayer, say: Callable[[str], None] = lam
 def _function_search(a: str, b: str, group: tuple[FileChange, ...],
                      search: _Search) -> tuple[FileChange | FunctionChange, ...]:
     """The smallest set of changed functions (and module-level code) of ``group`` (the files found
-    and the companions learnt) that carries the difference; a file that cannot be split is one unit."""
-    search.units = tuple(u for c in group for u in _units(a, b, c))
+    and the companions learnt) that carries the difference; a file that cannot be split is one unit.
+    Only functions either run called are searched (module-level code always is), unless those alone
+    do not carry the difference (a function called only while importing, say): then all."""
+    every = tuple(u for c in group for u in _units(a, b, c))
+    ran = tuple(u for u in every if _ran(u, search.called))
+    search.units, search.all_units = ran, every
+    if len(ran) < len(every):
+        search.say(f"explain: {len(ran)} of {len(every)} changed functions ran; searching those")
+        if search.functions(ran) != FAIL:
+            search.say("explain: the functions that ran do not carry the difference alone; searching all")
+            search.units = every
     return ddmin(search.units, search.functions)
+
+
+def _ran(unit: FileChange | FunctionChange, called: set[tuple[str, str]]) -> bool:
+    """Whether a run called the unit (a function, or a method or nested function of a class or
+    function the unit is); a whole file and module-level code always count."""
+    if isinstance(unit, FileChange) or unit.name == MODULE_REST:
+        return True
+    return any(file == unit.path and (name == unit.name or name.startswith(unit.name + "."))
+               for file, name in called)
 
 
 def _diff(a: str, b: str, path: str, culprit: list[FileChange | FunctionChange]) -> str:
@@ -175,17 +195,21 @@ def _timed(found: Explanation, started: float) -> Explanation:
     return found
 
 
-def _baseline(b: str, replayer: Replayer) -> tuple[Played, set[str]]:
-    """A against B, with the files of the package either run loaded."""
+def _baseline(b: str, replayer: Replayer) -> tuple[Played, set[str], set[tuple[str, str]]]:
+    """A against B, with the files of the package either run loaded and the functions either
+    called (file, qualified name)."""
     folder = tempfile.mkdtemp(prefix="kvparity-loaded-")
     saved = os.environ.get(LOADED_ENV)
     os.environ[LOADED_ENV] = folder
     try:
         played = replayer.play(b)
         loaded: set[str] = set()
+        called: set[tuple[str, str]] = set()
         for path in Path(folder).glob("*.json"):
-            loaded.update(json.loads(path.read_text()))
-        return played, loaded
+            record = json.loads(path.read_text())
+            loaded.update(record["files"])
+            called.update((file, name) for file, name in record["functions"])
+        return played, loaded, called
     finally:
         if saved is None:
             os.environ.pop(LOADED_ENV, None)
@@ -219,8 +243,10 @@ class _Search:
         self.candidates: tuple[FileChange, ...] = ()  # the files the search chooses from
         self.companions: set[str] = set()  # files learnt to be needed by every hybrid
         self.units: tuple[FileChange | FunctionChange, ...] = ()  # what the function search chooses from
+        self.all_units: tuple[FileChange | FunctionChange, ...] = ()  # every changed unit of the files searched
         self.unit_companions: set[FileChange | FunctionChange] = set()  # units learnt to be needed by every hybrid
         self.unit_text_cache: dict[str, dict[str, tuple[str, str]]] = {}
+        self.called: set[tuple[str, str]] = set()  # (file, qualified name) of what either run called
         self.whole: tuple[FileChange, ...] = ()  # files every hybrid of the function search takes whole from B
         self.import_cache: dict[tuple[str, str], set[tuple[str, str]]] = {}
         self.names_cache: dict[tuple[str, str], set[str] | None] = {}
@@ -324,7 +350,7 @@ class _Search:
         """The units outside ``taken`` whose B text brings or drops a name the error says is missing."""
         names = _missing_names(line)
         found: set[FileChange | FunctionChange] = set()
-        for unit in self.units:
+        for unit in self.all_units:  # a companion may be a function no run called (one only named)
             if unit in taken or not isinstance(unit, FunctionChange):
                 continue
             if unit.path not in self.unit_text_cache:

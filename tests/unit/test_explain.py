@@ -135,6 +135,19 @@ def test_a_hybrid_takes_a_module_beside_a_file_only_when_it_imports_a_name_only_
     assert defined_names(b, "sglang/srt") == {"helper", "user"}  # a package's names: its modules
 
 
+def test_only_changed_functions_a_run_called_are_searched_and_module_code_always_is():
+    """A method counts as run when it, or a function nested in it, was called; a class only one side
+    has, when one of its methods was; module-level code and whole files always count."""
+    from kvparity.run.explain import _ran
+
+    called = {("m.py", "Batch.prepare"), ("m.py", "helper.<locals>.inner"), ("m.py", "New.__init__")}
+    unit = lambda name: FunctionChange("m.py", name, "changed")  # noqa: E731
+    assert _ran(unit("Batch.prepare"), called) and _ran(unit("helper"), called) and _ran(unit("New"), called)
+    assert not _ran(unit("Batch.prepare_decode"), called)  # a name that only starts the same
+    assert not _ran(FunctionChange("other.py", "Batch.prepare", "changed"), called)
+    assert _ran(unit(MODULE_REST), called) and _ran(FileChange("x.txt", "changed"), set())
+
+
 def test_explain_names_the_line_of_a_planted_one_line_mutant(tmp_path):
     """A copy of 0.5.3.post1 with one line changed, explained against the release on a scenario
     it differs on: the culprit is that line's function, and its diff is that line."""

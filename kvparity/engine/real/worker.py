@@ -601,6 +601,7 @@ def worker_main(argv: list[str] | None = None) -> int:
 
     out, inp = _protocol_streams()
     ctx = Context()
+    _record_calls()
     try:
         if not args.bare and not args.sglang:
             raise RealSGLangError("give --sglang DIR (or --bare)")
@@ -623,6 +624,7 @@ def zygote_main(path: str, sglang: str, version: str, entry: str, plugins: tuple
     from kvparity.engine.real import zygote
 
     ctx = Context()
+    _record_calls()
     try:
         _startup(argparse.Namespace(bare=False, sglang=sglang, expect=version, entry=entry), ctx)
         import importlib
@@ -669,27 +671,55 @@ def _serve_calls(ctx: Context, out: Any, inp: Any) -> int:
 
 
 LOADED_ENV = "KVPARITY_LOADED_SOURCES"  # a folder: each worker writes there the SGLang files it has loaded
+_CALLED: dict[int, Any] = {}  # id -> code object of every function called, where LOADED_ENV asks for it
+
+
+def _record_calls() -> None:
+    """Where ``LOADED_ENV`` is set, remember every function this process calls, from startup on
+    (``kvparity explain`` searches only changed functions a run called; module-level code is always
+    searched). A profile hook costs a little on every call: only explain's baseline run sets it."""
+    if not os.environ.get(LOADED_ENV):
+        return
+    import threading
+
+    def called(frame: Any, event: str, arg: Any) -> None:
+        if event == "call" and id(frame.f_code) not in _CALLED:
+            _CALLED[id(frame.f_code)] = frame.f_code  # the code kept alive, so its id is never reused
+
+    sys.setprofile(called)
+    threading.setprofile(called)
 
 
 class _LoadedSources:
-    """What of its SGLang a worker has imported, written after every call that imported more (for
-    ``kvparity explain``: only a changed file a run loads can carry a difference). A worker is
-    killed, not asked to stop, so the list is kept current rather than written at the end."""
+    """What of its SGLang a worker has loaded (files) and called (functions, by qualified name),
+    written after every call that changed it (for ``kvparity explain``: only a changed file a run
+    loads, or function it calls, can carry a difference). A worker is killed, not asked to stop,
+    so the record is kept current rather than written at the end."""
 
     def __init__(self) -> None:
         self.folder = os.environ.get(LOADED_ENV)
-        self.modules = 0
+        self.seen = (0, 0)
+        self.relative: dict[str, str | None] = {}  # a file's path under the package's root, or None
 
     def note(self) -> None:
-        if not self.folder or len(sys.modules) == self.modules or "sglang" not in sys.modules:
+        if not self.folder or (len(sys.modules), len(_CALLED)) == self.seen or "sglang" not in sys.modules:
             return
-        self.modules = len(sys.modules)
+        self.seen = (len(sys.modules), len(_CALLED))
         root = os.path.dirname(os.path.dirname(os.path.realpath(sys.modules["sglang"].__file__ or "")))
-        files = sorted({os.path.relpath(os.path.realpath(f), root) for m in list(sys.modules.values())
-                        if (f := getattr(m, "__file__", None)) and os.path.realpath(f).startswith(root + os.sep)})
+
+        def inside(path: str) -> str | None:
+            if path not in self.relative:
+                real = os.path.realpath(path)
+                self.relative[path] = os.path.relpath(real, root) if real.startswith(root + os.sep) else None
+            return self.relative[path]
+
+        files = sorted({rel for m in list(sys.modules.values())
+                        if (f := getattr(m, "__file__", None)) and (rel := inside(f))})
+        functions = sorted({(rel, code.co_qualname) for code in list(_CALLED.values())
+                            if (rel := inside(code.co_filename))})
         path = os.path.join(self.folder, f"{os.getpid()}.json")
         with open(path + ".tmp", "w") as out:
-            json.dump(files, out)
+            json.dump({"files": files, "functions": functions}, out)
         os.replace(path + ".tmp", path)
 
 
