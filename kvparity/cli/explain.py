@@ -127,6 +127,9 @@ class _SchedulerReplayer:
     def same(self, played: Any, first: Any) -> bool:
         return bool(self.drive.same(played, first))
 
+    def broken(self, played: Any) -> str | None:
+        return played.line if played.kind == "error" else None  # a scheduler that raised
+
     def close(self) -> None:
         self.reference.close()
 
@@ -151,10 +154,23 @@ class _HarnessReplayer:
             self.drive.close()
 
     def same(self, played: Any, first: Any) -> bool:
-        return bool(self.drive.same(played, first))
+        """The same first difference, to the detail (the drive's own ``same``, for shrinking, keeps
+        only its kind: a world that fails to run would pass for any difference)."""
+        return played.line == first.line and _first_divergence(played) == _first_divergence(first)
+
+    def broken(self, played: Any) -> str | None:
+        from kvparity.run.runner import REAL_FAILED
+
+        failed = [d for d in played.result.divergences if d.what == REAL_FAILED and d.world != d.reference]
+        return failed[0].line() if failed else None
 
     def close(self) -> None:
         pass
+
+
+def _first_divergence(played: Any) -> tuple[str, str] | None:
+    divergences = played.result.divergences if played.result is not None else []
+    return (divergences[0].what, divergences[0].detail) if divergences else None
 
 
 # ---- a whole matrix --------------------------------------------------------------------------------

@@ -64,6 +64,11 @@ class Replayer(Protocol):
         """Whether ``played`` differs from A as ``first`` (B's) does."""
         ...
 
+    def broken(self, played: Played) -> str | None:
+        """Why the folder's SGLang could not be judged on the scenario (it raised, or its world
+        failed), or None: a hybrid broken where B was not is unresolved, never a verdict."""
+        ...
+
 
 @dataclass
 class Explanation:
@@ -376,7 +381,8 @@ class _Search:
         try:
             hybrid = build_hybrid(self.a, overrides, Path(folder) / "sglang-hybrid")
             played = self.replayer.play(str(hybrid))
-            outcome, line = (FAIL if self.replayer.same(played, self.first) else PASS), played.line
+            outcome, line = self._judged(played)
+            self.found.unresolved += outcome == UNRESOLVED
         except (RealSGLangError, SyntaxError, OSError) as exc:
             outcome, line = UNRESOLVED, f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
             self.found.unresolved += 1
@@ -387,6 +393,16 @@ class _Search:
         self.say(f"  hybrid {self.found.hybrids}: A + {shown}: {outcome}" + (f" ({line[-160:]})" if outcome == UNRESOLVED else ""))
         self.found.attempts.append({"changes": names, "outcome": outcome, "line": line})
         return outcome, line
+
+
+    def _judged(self, played: Played) -> tuple[str, str]:
+        """FAIL: the hybrid differs from A as B does; UNRESOLVED: it broke where B did not; else PASS."""
+        if self.replayer.same(played, self.first):
+            return FAIL, played.line
+        broke = self.replayer.broken(played)
+        if broke is not None and self.replayer.broken(self.first) is None:
+            return UNRESOLVED, broke
+        return PASS, played.line
 
 
 def _brings_or_drops(mine: str, theirs: str, names: set[str]) -> bool:

@@ -24,6 +24,7 @@ SGLANG_WORLDS: tuple[tuple[str, str], ...] = tuple((v, b) for v in VERSIONS for 
 # it is the refactored torch twin, already a world).
 EXTRA_WORLDS: tuple[tuple[str, str], ...] = (("refactored-linear", "triton"),)
 ALL_WORLDS: tuple[tuple[str, str], ...] = SGLANG_WORLDS + EXTRA_WORLDS
+REAL_FAILED = "real SGLang failed"  # what a difference says when a real world raised or died
 
 
 @dataclass
@@ -194,7 +195,7 @@ def compare_real(lockstep: Lockstep, lane: Any, *, oracles: bool, real_reference
         ref_id = lane.ids[0]
         ref = played[str(ref_id)]
         if not isinstance(ref, list):
-            result.divergences.append(Difference(str(ref_id), str(ref_id), "real SGLang failed", ref.line()))
+            result.divergences.append(Difference(str(ref_id), str(ref_id), REAL_FAILED, ref.line()))
             return None
         for snap in ref:
             lockstep._upstream_defects(str(ref_id), snap)
@@ -205,7 +206,7 @@ def compare_real(lockstep: Lockstep, lane: Any, *, oracles: bool, real_reference
     for world in ids:
         name, got = str(world), played[str(world)]
         if not isinstance(got, list):
-            result.divergences.append(Difference(name, str(ref_id), "real SGLang failed", got.line()))
+            result.divergences.append(Difference(name, str(ref_id), REAL_FAILED, got.line()))
             continue
         if oracles:
             for before, after in zip(got, got[1:]):

@@ -148,6 +148,31 @@ def test_only_changed_functions_a_run_called_are_searched_and_module_code_always
     assert _ran(unit(MODULE_REST), called) and _ran(FileChange("x.txt", "changed"), set())
 
 
+def test_a_hybrid_that_breaks_where_b_did_not_is_unresolved_not_a_verdict():
+    """A hybrid whose SGLang raises differs from A, but not as B does: it is neither FAIL (0.5.6's
+    one new MatchResult field, spliced alone into 0.5.5.post3, broke a tuple unpacking, and that
+    once stood as the culprit) nor PASS."""
+    from types import SimpleNamespace
+
+    from kvparity.run.explain import Explanation, _Search
+
+    class Replayer:
+        def same(self, played, first):
+            return played.line == first.line
+
+        def broken(self, played):
+            return played.line if played.line.startswith("raised") else None
+
+    def judged(line, first_line="r2 cached_tokens 0 against 12"):
+        first = SimpleNamespace(line=first_line)
+        return _Search("a", "b", Replayer(), first, Explanation("a", "b"), print)._judged(SimpleNamespace(line=line))[0]
+
+    assert judged("r2 cached_tokens 0 against 12") == FAIL
+    assert judged("raised ValueError: too many values to unpack") == UNRESOLVED
+    assert judged("r5 prefix_len 3 against 4") == PASS
+    assert judged("raised KeyError", first_line="raised ValueError") == PASS  # B broke too: a verdict
+
+
 def test_explain_names_the_line_of_a_planted_one_line_mutant(tmp_path):
     """A copy of 0.5.3.post1 with one line changed, explained against the release on a scenario
     it differs on: the culprit is that line's function, and its diff is that line."""
