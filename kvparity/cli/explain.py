@@ -89,6 +89,7 @@ def _explain_one(a_spec: str, b_spec: str, scenario: Any, drive: str, backend: s
         return str(exc)
     replayer = (_SchedulerReplayer(a, scenario) if drive == "scheduler"
                 else _HarnessReplayer(a, scenario, backend, tree_class))
+    replayer.b_entry = b.entry.version
     try:
         found = explain(a.path, b.path, replayer, say=lambda line: print(line, file=sys.stderr, flush=True))
     except RealSGLangError as exc:
@@ -100,7 +101,36 @@ def _explain_one(a_spec: str, b_spec: str, scenario: Any, drive: str, backend: s
     return found
 
 
-class _SchedulerReplayer:
+class _Replaying:
+    """What both drives' replayers share: a hybrid is driven by A's adapter (its version file is
+    A's), and again by B's when that one cannot drive it (a hybrid holding B's ``global_config.py``
+    lacks what A's adapter reads there): an adapter is kvparity's, not the code under search."""
+
+    b_entry = ""  # the release whose adapter entry drives B (set before the first play)
+
+    def play(self, folder: str) -> Any:
+        import dataclasses
+
+        from kvparity.engine.real import RealSGLangError
+        from kvparity.engine.real.install import resolve
+
+        source = resolve(folder)
+        if source.entry.version == self.b_entry:
+            return self._play(source)
+        try:
+            played = self._play(source)
+            if self.broken(played) is None:
+                return played
+        except RealSGLangError:
+            pass
+        return self._play(dataclasses.replace(source, entry_release=self.b_entry))
+
+    def _play(self, source: Any) -> Any: ...
+
+    def broken(self, played: Any) -> str | None: ...
+
+
+class _SchedulerReplayer(_Replaying):
     """A traffic scenario, scheduler-driven: A's own scheduler (played once) against the folder's."""
 
     def __init__(self, a: Any, scenario: Any) -> None:
@@ -110,13 +140,12 @@ class _SchedulerReplayer:
         self.reference = CachingPlayer(RealTrafficPlayer(a))
         self.drive: Any = None
 
-    def play(self, folder: str) -> Any:
-        from kvparity.engine.real.install import resolve
+    def _play(self, source: Any) -> Any:
         from kvparity.engine.traffic_players import RealTrafficPlayer
         from kvparity.run.scheduler_drive import PlayerSpec, SchedulerDrive, SchedulerSpec
 
-        player = RealTrafficPlayer(resolve(folder))
-        self.drive = SchedulerDrive(SchedulerSpec(PlayerSpec("real", self.a.path), PlayerSpec("real", folder)),
+        player = RealTrafficPlayer(source)
+        self.drive = SchedulerDrive(SchedulerSpec(PlayerSpec("real", self.a.path), PlayerSpec("real", source.path)),
                                     players=(self.reference, player))
         try:
             return self.drive.play(self.scenario)
@@ -134,18 +163,17 @@ class _SchedulerReplayer:
         self.reference.close()
 
 
-class _HarnessReplayer:
+class _HarnessReplayer(_Replaying):
     """A step scenario, harness-driven: kvparity's loop over A's world and the folder's."""
 
     def __init__(self, a: Any, scenario: Any, backend: str, tree_class: str | None) -> None:
         self.a, self.scenario, self.backend, self.tree_class = a, scenario, backend, tree_class
         self.drive: Any = None
 
-    def play(self, folder: str) -> Any:
-        from kvparity.engine.real.install import resolve
+    def _play(self, source: Any) -> Any:
         from kvparity.run.harness_drive import HarnessSpec
 
-        spec = HarnessSpec((("legacy", "torch"),), (self.a, resolve(folder)), (self.backend,), self.tree_class,
+        spec = HarnessSpec((("legacy", "torch"),), (self.a, source), (self.backend,), self.tree_class,
                            real_reference=True)
         self.drive = spec.build()
         try:

@@ -219,3 +219,29 @@ def test_explain_usage_errors_exit_2_and_say_why(argv, message, capsys):
 
     assert main(argv) == 2
     assert message in capsys.readouterr().err
+
+
+def test_a_hybrid_as_adapter_cannot_drive_is_driven_by_bs(monkeypatch):
+    """A hybrid keeps A's version file, so A's adapter drives it first; where that adapter cannot
+    (0.5.3.post2's global_config.py no longer has what 0.5.3.post1's adapter reads), B's does."""
+    from kvparity.cli.explain import _Replaying
+    from kvparity.engine.real import RealSGLangError
+    from kvparity.engine.real.install import SGLangSource
+
+    monkeypatch.setattr("kvparity.engine.real.install.resolve",
+                        lambda folder: SGLangSource(folder, "0.5.3.post1", "path", "0.5.3.post1"))
+    driven = []
+
+    class Replayer(_Replaying):
+        def _play(self, source):
+            driven.append(source.entry.version)
+            if source.entry.version == "0.5.3.post1":
+                raise RealSGLangError("'GlobalConfig' object has no attribute 'default_init_new_token_ratio'")
+            return "played"
+
+        def broken(self, played):
+            return None
+
+    replayer = Replayer()
+    replayer.b_entry = "0.5.3.post2"
+    assert replayer.play("hybrid") == "played" and driven == ["0.5.3.post1", "0.5.3.post2"]
