@@ -136,7 +136,13 @@ def explain(a: str, b: str, replayer: Replayer, say: Callable[[str], None] = lam
     search.candidates = tuple(files)
     found.changed_files, found.loaded_files = len(every), len(files)
     say(f"explain: {found.changed_files} files differ, {len(files)} loaded; replaying hybrids")
-    if not files or search.files(tuple(files)) != FAIL:
+    whole = search.files(tuple(files)) if files else PASS
+    if whole == UNRESOLVED:
+        found.status, found.why = NOT_CARRIED, (
+            "A with every file B changed that the replay loads could not be run (" + found.attempts[-1]["line"][-200:]
+            + "): the files B changed do not mix with A's, so no hybrid can tell where the difference comes from")
+        return _timed(found, started)
+    if whole != FAIL:
         found.status, found.why = NOT_CARRIED, (
             "A with every file B changed that the replay loads does not differ as B does: the difference comes "
             "from elsewhere (the version file, how kvparity drives the release, or a file neither run loaded)")
