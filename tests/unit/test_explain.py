@@ -143,7 +143,8 @@ def test_only_changed_functions_a_run_called_are_searched_and_module_code_always
     called = {("m.py", "Batch.prepare"), ("m.py", "helper.<locals>.inner"), ("m.py", "New.__init__")}
     unit = lambda name: FunctionChange("m.py", name, "changed")  # noqa: E731
     assert _ran(unit("Batch.prepare"), called) and _ran(unit("helper"), called) and _ran(unit("New"), called)
-    assert not _ran(unit("Batch.prepare_decode"), called)  # a name that only starts the same
+    assert not _ran(unit("Batch.prepare_decode"), called)  # a longer name that starts the same
+    assert not _ran(unit("Batch.prep"), called)  # a shorter one: not its method
     assert not _ran(FunctionChange("other.py", "Batch.prepare", "changed"), called)
     assert _ran(unit(MODULE_REST), called) and _ran(FileChange("x.txt", "changed"), set())
 
