@@ -28,6 +28,11 @@ def failure_kind(result) -> str | None:
     return "oracle" if result.violations else None
 
 
+# Set (to anything) in a property run whose failures need no minimal counterexample: the mutant zoo's
+# tests only ask whether a mutant is killed, and shrinking each permanent example that fails cost
+# most of their time (46 of 52 s for one mutant).
+NO_MINIMIZE_ENV = "KVPARITY_NO_MINIMIZE"
+
 # Seconds a counterexample's shrinking may take by default (``kvparity check --shrink-budget``). Measured
 # on the real-SGLang mutants (scripts/bench_real_mutants.py, docs/perf/fast-answers.md, 2 cores):
 # the slowest reached its minimum in 17 s, replaying the reference and one failed world.

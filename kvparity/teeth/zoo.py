@@ -191,20 +191,25 @@ def run_properties(
     examples: bool = True,
     ledger_dir: Path | None = None,
     result_file: Path | None = None,
+    minimize: bool = True,
 ) -> subprocess.CompletedProcess:
     """Run the parity properties against a mutated copy; returns the finished pytest process.
     ``examples=False`` leaves out the permanent @examples: generated scenarios alone.
     ``ledger_dir`` (an empty directory) receives the child's scenario ledger; ``result_file``
-    (not there yet) its first failing test, as data (``kvparity.teeth.results.read``)."""
+    (not there yet) its first failing test, as data (``kvparity.teeth.results.read``).
+    ``minimize=False``: a failure is reported as drawn, not shrunk (whether it is killed is the same)."""
+    from kvparity.run.minimize import NO_MINIMIZE_ENV
     from kvparity.teeth.results import ENV as RESULT_ENV
 
     with tempfile.TemporaryDirectory(prefix=f"kvparity-mutant-{mutant.name}-") as tmp:
         root = mutated_copy(mutant, Path(tmp))
-        drop = ("PYTEST_", "KVPARITY_LEDGER", "KVPARITY_NO_EXAMPLES", RESULT_ENV)
+        drop = ("PYTEST_", "KVPARITY_LEDGER", "KVPARITY_NO_EXAMPLES", RESULT_ENV, NO_MINIMIZE_ENV)
         env = {k: v for k, v in os.environ.items() if not k.startswith(drop)}
         env.update(HYPOTHESIS_PROFILE=profile, PYTHONPATH=str(root), PYTHONDONTWRITEBYTECODE="1")
         if not examples:
             env["KVPARITY_NO_EXAMPLES"] = "1"
+        if not minimize:
+            env[NO_MINIMIZE_ENV] = "1"
         if ledger_dir is not None:
             env["KVPARITY_LEDGER"] = str(ledger_dir)
         if result_file is not None:

@@ -21,7 +21,7 @@ from kvparity.model.strategies import TEMPLATES, scenarios
 from kvparity.model.worlds import Geometry
 from kvparity.report.failure import format_failure, format_findings
 from kvparity.run.candidates import step_candidates
-from kvparity.run.minimize import failure_kind, minimize
+from kvparity.run.minimize import NO_MINIMIZE_ENV, failure_kind, minimize
 from kvparity.run.runner import run_scenario
 from kvparity.teeth.results import ScenarioFailed, failure_record
 
@@ -41,8 +41,9 @@ def check(scenario: Scenario, test: str):
 
 def _minimal_on_final_replay(scenario: Scenario, result):
     """On Hypothesis's final replay of the shrunk example (only then: shrinking calls this many
-    times), remove the requests, steps and tokens that play no part (``kvparity.run.minimize``)."""
-    if not current_build_context().is_final:
+    times), remove the requests, steps and tokens that play no part (``kvparity.run.minimize``);
+    never in a run that asks for no minimizing (the mutant zoo's tests)."""
+    if not current_build_context().is_final or os.environ.get(NO_MINIMIZE_ENV):
         return result
     kind = failure_kind(result)
     smallest = minimize(scenario, lambda s: failure_kind(run_scenario(s)) == kind, candidates=step_candidates).scenario

@@ -25,7 +25,10 @@ REPORTED = ("kvparity: the worlds disagree", "kvparity: an oracle failed")
 def test_properties_kill_mutant(mutant: Mutant) -> None:
     with tempfile.TemporaryDirectory() as ledger_dir:
         result_file = Path(ledger_dir) / "first-failure.json"
-        done = run_properties(mutant, profile="ci", ledger_dir=Path(ledger_dir), result_file=result_file)
+        # Killed or not is the question here, not the smallest counterexample (`kvparity mutants` shows
+        # that): the mutation profile draws as ci does, stops at the first failure and shrinks nothing.
+        done = run_properties(mutant, profile="mutation", ledger_dir=Path(ledger_dir), result_file=result_file,
+                              minimize=False)
         entries = read_ledger(ledger_dir)
         failure = read(result_file)
     output = done.stdout + done.stderr

@@ -137,7 +137,10 @@ def test_prefix_taken_for_one_run_is_caught_by_scattered_pages(sandbox):
 # Each shrink call on a hang or a crash costs a timeout or a worker restart: a short budget. The
 # check after it plays wide batches too, so it uses a quick (torch) candidate.
 def test_hang_is_a_timeout_and_kvparity_goes_on(sandbox):
-    result = check("write_cache_indices", fixture("wci_hang"), sandbox, examples=3, shrink=0.0)
+    # Its own sandbox with a short limit: the candidate spins from its first call, so no honest call
+    # can be cut short, and the test spins a core for 1 + 3 s instead of 4 + 12 s.
+    with Sandbox(call_timeout=1.0) as quick:
+        result = check("write_cache_indices", fixture("wci_hang"), quick, examples=3, shrink=0.0)
     assert result.fault_kind == "timed_out", result.report()
     assert "nor within" in result.fault.summary and result.retried == 1 and result.returned_on_retry == 0  # tried twice
     assert check("write_cache_indices", fixture("wci_torch_faithful"), sandbox, examples=3).verdict == "parity"
