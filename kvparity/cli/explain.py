@@ -215,7 +215,9 @@ def _explain_matrix(args: argparse.Namespace) -> int:
     explained = _already_explained(args, pairs)
     if explained:
         print(f"explain: {len(explained)} pair(s) already explained in {args.json}, kept", flush=True)
-    for pair in pairs[len(explained):]:
+    for pair in pairs:
+        if _pair_key(pair) in explained:
+            continue
         print(f"\nexplain: {pair['other_release']} against {pair['reference_release']} ({pair['drive']}-driven"
               f"{', ' + pair['backend'] if pair.get('backend') else ''})", flush=True)
         scenario, drive = scenario_and_drive(pair["scenario"])
@@ -227,26 +229,38 @@ def _explain_matrix(args: argparse.Namespace) -> int:
         else:
             print("\n".join(found.lines()))
             pair = pair | {"explanation": found.to_dict()}
-        explained.append(pair)
-        _write_matrix_outputs(args, explained, pairs[len(explained):])  # kept current: a long run may be stopped
-    return 0 if all(e["explanation"]["status"] == "culprit" for e in explained) else 1
+        explained[_pair_key(pair)] = pair
+        _write_matrix_outputs(args, pairs, explained)  # kept current: a long run may be stopped
+    _write_matrix_outputs(args, pairs, explained)
+    return 0 if all(e["explanation"]["status"] == "culprit" for e in explained.values()) else 1
 
 
-def _already_explained(args: argparse.Namespace, pairs: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """What an earlier run of the same matrix wrote to ``--json`` (it was stopped, or is resumed):
-    its explained pairs, when they are the first of this matrix's, in order."""
+PairKey = tuple[str, str, str]
+
+
+def _pair_key(pair: dict[str, Any]) -> PairKey:
+    return pair["reference_release"], pair["other_release"], pair["drive"]
+
+
+def _already_explained(args: argparse.Namespace, pairs: list[dict[str, Any]]) -> dict[PairKey, dict[str, Any]]:
+    """What an earlier run of the same matrix wrote to ``--json`` (it was stopped, or is resumed, or
+    several runs shared the pairs out and their explanations were put together): its explained
+    pairs that are this matrix's, wherever they stand in it."""
     try:
         earlier = json.loads(Path(args.json).read_text()) if args.json else {}
     except (OSError, ValueError):
-        return []
+        return {}
     done = earlier.get("explained", []) if earlier.get("matrix") == Path(args.matrix).name else []
-    same = [e for e, p in zip(done, pairs) if (e["reference_release"], e["other_release"], e["drive"]) ==
-            (p["reference_release"], p["other_release"], p["drive"])]
-    return same if len(same) == len(done) else []
+    wanted = {_pair_key(p) for p in pairs}
+    return {_pair_key(e): e for e in done if _pair_key(e) in wanted}
 
 
-def _write_matrix_outputs(args: argparse.Namespace, explained: list[dict[str, Any]], pending: list[dict[str, Any]]) -> None:
-    result = {"matrix": Path(args.matrix).name, "explained": explained,
+def _write_matrix_outputs(args: argparse.Namespace, pairs: list[dict[str, Any]],
+                          explained: dict[PairKey, dict[str, Any]]) -> None:
+    """The explained pairs and the pending ones, both in the matrix's order."""
+    pending = [p for p in pairs if _pair_key(p) not in explained]
+    result = {"matrix": Path(args.matrix).name,
+              "explained": [explained[_pair_key(p)] for p in pairs if _pair_key(p) in explained],
               "pending": [{k: v for k, v in p.items() if k != "scenario"} for p in pending]}
     if args.json:
         Path(args.json).write_text(json.dumps(result, indent=1) + "\n")

@@ -134,6 +134,7 @@ def explain(a: str, b: str, replayer: Replayer, say: Callable[[str], None] = lam
     every = changed_files(a, b)
     files = [c for c in every if c.path in loaded]
     search.candidates = tuple(files)
+    search.data = {c.path: _b_text(b, c) for c in every if c.kind == "added" and not c.path.endswith(".py")}
     found.changed_files, found.loaded_files = len(every), len(files)
     say(f"explain: {found.changed_files} files differ, {len(files)} loaded; replaying hybrids")
     whole = search.files(tuple(files)) if files else PASS
@@ -259,6 +260,10 @@ class _Search:
         self.unit_text_cache: dict[str, dict[str, tuple[str, str]]] = {}
         self.called: set[tuple[str, str]] = set()  # (file, qualified name) of what either run called
         self.whole: tuple[FileChange, ...] = ()  # files every hybrid of the function search takes whole from B
+        # B's added files that are not Python (kernel sources, headers, configs): every hybrid has
+        # them. A's code never reads them, and B's code taken into a hybrid may (0.5.17's JIT kernels
+        # look for their csrc/ and include/ folders beside them and refuse to start without).
+        self.data: dict[str, str | bytes | None] = {}
         self.import_cache: dict[tuple[str, str], set[tuple[str, str]]] = {}
         self.names_cache: dict[tuple[str, str], set[str] | None] = {}
 
@@ -385,7 +390,7 @@ class _Search:
         folder = tempfile.mkdtemp(prefix="kvparity-hybrid-")
         self.found.hybrids += 1
         try:
-            hybrid = build_hybrid(self.a, overrides, Path(folder) / "sglang-hybrid")
+            hybrid = build_hybrid(self.a, self.data | overrides, Path(folder) / "sglang-hybrid")
             played = self.replayer.play(str(hybrid))
             outcome, line = self._judged(played)
             self.found.unresolved += outcome == UNRESOLVED

@@ -246,3 +246,71 @@ def test_a_hybrid_as_adapter_cannot_drive_is_driven_by_bs(monkeypatch):
     replayer = Replayer()
     replayer.b_entry = "0.5.3.post2"
     assert replayer.play("hybrid") == "played" and driven == ["0.5.3.post1", "0.5.3.post2"]
+
+
+def test_a_matrix_run_keeps_pairs_explained_anywhere_and_explains_only_the_others(tmp_path, monkeypatch):
+    """Two runs may share a matrix's pairs out (each pair costs minutes to an hour): their
+    explanations put together in one ``--json`` are kept wherever they stand, the rest explained,
+    all written in the matrix's order."""
+    import argparse
+    import json
+
+    from kvparity.cli import explain
+
+    def pair(a, b):
+        return {"reference_release": a, "other_release": b, "drive": "scheduler", "label": "divergent",
+                "first_difference": {"line": "x", "scenario": {"form": "traffic"}}}
+
+    matrix = tmp_path / "m.json"
+    matrix.write_text(json.dumps({"pairs": [pair("1", "2"), pair("2", "3"), pair("3", "4")]}))
+    done = {"reference_release": "2", "other_release": "3", "drive": "scheduler",
+            "explanation": {"status": "unexplained", "why": "kept"}}
+    out = tmp_path / "culprits.json"
+    out.write_text(json.dumps({"matrix": "m.json", "explained": [done], "pending": []}))
+    explained_now = []
+    monkeypatch.setattr("kvparity.cli.check.scenario_and_drive", lambda s: (s, "scheduler"))
+    monkeypatch.setattr(explain, "_explain_one", lambda a, b, *_: explained_now.append((a, b)) or "none here")
+
+    explain._explain_matrix(argparse.Namespace(matrix=str(matrix), json=str(out), markdown=None))
+    written = json.loads(out.read_text())
+    assert explained_now == [("1", "2"), ("3", "4")]
+    assert [(e["reference_release"], e["explanation"]["why"]) for e in written["explained"]] == \
+        [("1", "none here"), ("2", "kept"), ("3", "none here")]
+    assert written["pending"] == []
+
+
+def test_every_hybrid_has_the_files_b_added_that_are_not_python(tmp_path):
+    """B's code taken into a hybrid may read data files B added beside it (0.5.17's JIT kernels
+    refuse to start without their csrc/ folder); A's code never reads them, so every hybrid has them."""
+    import json
+    import os
+    from pathlib import Path
+
+    from kvparity.engine.real.worker import LOADED_ENV
+    from kvparity.run.drive import Played
+    from kvparity.run.explain import CULPRIT, explain
+
+    for name, text in (("a", A), ("b", B)):
+        (tmp_path / name / "sglang").mkdir(parents=True)
+        (tmp_path / name / "sglang" / "m.py").write_text(text)
+    (tmp_path / "b" / "sglang" / "csrc").mkdir()
+    (tmp_path / "b" / "sglang" / "csrc" / "kernel.cu").write_text("// B's kernel source")
+
+    class Replayer:
+        def play(self, folder):
+            if os.environ.get(LOADED_ENV):  # the baseline: B loaded m.py and called changed()
+                (Path(os.environ[LOADED_ENV]) / "w.json").write_text(
+                    json.dumps({"files": ["sglang/m.py"], "functions": [["sglang/m.py", "changed"]]}))
+            if not (Path(folder) / "sglang" / "csrc" / "kernel.cu").exists():
+                return Played(None, False, "raised", "raised RuntimeError: cannot find the csrc folder")
+            differs = "return 2" in (Path(folder) / "sglang" / "m.py").read_text().split("def changed")[1]
+            return Played(None, not differs, "x" if differs else None, "changed() 2 against 1" if differs else "")
+
+        def same(self, played, first):
+            return played.line == first.line
+
+        def broken(self, played):
+            return played.line if played.line.startswith("raised") else None
+
+    found = explain(str(tmp_path / "a"), str(tmp_path / "b"), Replayer())
+    assert found.status == CULPRIT and [f.name for f in found.functions] == ["changed"], found.lines()
