@@ -179,10 +179,11 @@ def options(parser: argparse.ArgumentParser) -> set[str]:
 
 
 def ci_commands() -> list[str]:
-    """The command lines ``.ci/run`` runs, in order (comments, ``set`` and ``cd`` left out)."""
+    """The command lines ``.ci/run`` runs, in order (comments, ``set``, ``cd`` and the shell's own
+    bookkeeping of a command run in the background left out; that command without its ``&``)."""
     lines = (ROOT / ".ci" / "run").read_text().splitlines()
-    return [line.strip() for line in lines
-            if line.strip() and not line.startswith(("#", "set ", "cd "))]
+    return [line.strip().removesuffix("&").strip() for line in lines
+            if line.strip() and not line.startswith(("#", "set ", "cd ", "wait ")) and not re.match(r"\w+=\$!$", line)]
 
 
 # --- paths, names, links, commands: every page ----------------------------------------------------
