@@ -155,7 +155,7 @@ def explain(a: str, b: str, replayer: Replayer, say: Callable[[str], None] = lam
     # they need (a culprit can hide there); the files taken only for their imports go whole.
     searched = tuple(c for c in group if c in chosen or c.path in search.companions)
     search.whole = tuple(c for c in group if c not in searched)
-    minimal = _function_search(a, b, searched, search)
+    minimal = _within_companions(_function_search(a, b, searched, search), search)
     # What every hybrid needed to run is named apart, unless it is all the search is left with.
     found.functions = tuple(c for c in minimal if c not in search.unit_companions) or minimal
     found.companions = tuple(sorted(_label(c) for c in search.unit_companions if c not in found.functions))
@@ -182,6 +182,23 @@ def _function_search(a: str, b: str, group: tuple[FileChange, ...],
             search.say("explain: the functions that ran do not carry the difference alone; searching all")
             search.units = every
     return ddmin(search.units, search.functions)
+
+
+def _within_companions(minimal: tuple[FileChange | FunctionChange, ...],
+                       search: _Search) -> tuple[FileChange | FunctionChange, ...]:
+    """``minimal``, unless the companions the hybrids learnt carry the difference without it: ddmin
+    keeps at least one change and every hybrid took the companions, so the one it kept would then be
+    arbitrary (0.5.13's first answer named a function whose change only counted metrics, beside the
+    companion that changed admission). Then the companions that ran are searched too, as changes of
+    their own, and nothing more is learnt: a hybrid that misses a name is left unresolved."""
+    if not search.unit_companions or search.functions(()) != FAIL:
+        return minimal
+    search.say("explain: the companions alone carry the difference; searching the ones that ran too")
+    ran = {u for u in search.unit_companions if _ran(u, search.called)}
+    search.unit_companions -= ran
+    search.learning = False
+    units = tuple(u for u in search.all_units if u in ran or u in minimal)
+    return ddmin(units, search.functions)
 
 
 def _ran(unit: FileChange | FunctionChange, called: set[tuple[str, str]]) -> bool:
@@ -257,6 +274,7 @@ class _Search:
         self.units: tuple[FileChange | FunctionChange, ...] = ()  # what the function search chooses from
         self.all_units: tuple[FileChange | FunctionChange, ...] = ()  # every changed unit of the files searched
         self.unit_companions: set[FileChange | FunctionChange] = set()  # units learnt to be needed by every hybrid
+        self.learning = True  # whether a hybrid that misses a name learns the unit that brings it
         self.unit_text_cache: dict[str, dict[str, tuple[str, str]]] = {}
         self.called: set[tuple[str, str]] = set()  # (file, qualified name) of what either run called
         self.whole: tuple[FileChange, ...] = ()  # files every hybrid of the function search takes whole from B
@@ -355,7 +373,7 @@ class _Search:
         for _ in range(REPAIRS + 1):
             taken = tuple(dict.fromkeys((*chosen, *self.unit_companions)))
             outcome, line = self._test(self.overrides_for(taken), names, len(taken) - len(chosen))
-            learned = self._unit_providers(line, set(taken)) if outcome == UNRESOLVED else set()
+            learned = self._unit_providers(line, set(taken)) if outcome == UNRESOLVED and self.learning else set()
             if not learned:
                 return outcome
             self.unit_companions.update(learned)

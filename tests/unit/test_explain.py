@@ -314,3 +314,47 @@ def test_every_hybrid_has_the_files_b_added_that_are_not_python(tmp_path):
 
     found = explain(str(tmp_path / "a"), str(tmp_path / "b"), Replayer())
     assert found.status == CULPRIT and [f.name for f in found.functions] == ["changed"], found.lines()
+
+
+def test_a_culprit_the_hybrids_took_as_a_companion_is_named_not_the_change_that_needed_it(tmp_path):
+    """B's ``log`` counts into a field only B's ``start`` sets, and ``start`` also halves the budget
+    (the difference). The hybrid of ``log`` alone misses the field and learns ``start`` as a
+    companion; the companion alone carries the difference, so it is the culprit, not ``log``."""
+    import json
+    import os
+    from pathlib import Path
+
+    from kvparity.engine.real.worker import LOADED_ENV
+    from kvparity.run.drive import Played
+    from kvparity.run.explain import CULPRIT, explain
+
+    a = ("class Adder:\n    def log(self, n):\n        return n\n\n"
+         "    def start(self):\n        self.budget = 10\n\n"
+         "    def add(self, n):\n        self.start()\n        self.log(n)\n        return self.budget - n\n")
+    b = a.replace("        return n\n", "        self.logged += n\n        return n\n").replace(
+        "self.budget = 10\n", "self.budget = 5\n        self.logged = 0\n")
+    for name, text in (("a", a), ("b", b)):
+        (tmp_path / name / "sglang").mkdir(parents=True)
+        (tmp_path / name / "sglang" / "m.py").write_text(text)
+
+    class Replayer:
+        def play(self, folder):
+            if os.environ.get(LOADED_ENV):
+                (Path(os.environ[LOADED_ENV]) / "w.json").write_text(json.dumps(
+                    {"files": ["sglang/m.py"], "functions": [["sglang/m.py", f"Adder.{n}"] for n in ("log", "start")]}))
+            space: dict = {}
+            exec((Path(folder) / "sglang" / "m.py").read_text(), space)
+            try:
+                left = space["Adder"]().add(1)
+            except AttributeError as exc:
+                return Played(None, False, "raised", f"raised AttributeError: {exc}")
+            return Played(None, left == 9, None if left == 9 else "x", "" if left == 9 else f"budget left {left}")
+
+        def same(self, played, first):
+            return played.line == first.line
+
+        def broken(self, played):
+            return played.line if played.line.startswith("raised") else None
+
+    found = explain(str(tmp_path / "a"), str(tmp_path / "b"), Replayer())
+    assert found.status == CULPRIT and [f.name for f in found.functions] == ["Adder.start"], found.lines()
