@@ -47,6 +47,10 @@ def _fix_triton_mode(device: torch.device) -> bool:
 
 DEVICE: torch.device = _choose_device()
 INTERPRET: bool = _fix_triton_mode(DEVICE)
+if INTERPRET:  # the interpreter's per-launch overhead, cut (kvparity.kernels.interpreter_patch_cache)
+    from kvparity.kernels import interpreter_patch_cache
+
+    interpreter_patch_cache.install()
 BACKENDS: tuple[str, ...] = ("triton", "torch")
 
 
