@@ -324,16 +324,18 @@ def _accounting(run: TrafficRun, iteration: int) -> str:
 
 def check_scheduler(reference: TrafficPlayer, checked: TrafficPlayer, *, examples: int = DEFAULT_TRAFFIC_EXAMPLES,
                     policies: tuple[str, ...] = POLICIES, loops: tuple[str, ...] = LOOPS, seed: int | None = None,
-                    shrink_budget_s: float | None = DEFAULT_BUDGET_S, events: Any = None) -> Verdict:
+                    shrink_budget_s: float | None = DEFAULT_BUDGET_S, shrink_tries: int | None = None,
+                    events: Any = None) -> Verdict:
     """A scheduler-driven sweep of two players (the caller's, left open) in one call, in this process
-    (tests and scripts use it)."""
+    (tests and scripts use it). ``shrink_tries`` bounds each shrink by candidates played, which a
+    busy machine cannot change (``SweepPlan``)."""
     from kvparity.run.plan import FINDING_BUDGET_S, SweepPlan
     from kvparity.run.sweep import sweep
 
     spec = SchedulerSpec(player_spec(reference), player_spec(checked), policies, loops)
     drive = SchedulerDrive(spec, players=(reference, checked))
     try:
-        plan = SweepPlan(spec, tuple(drive.tasks(examples, seed)), shrink_budget_s, FINDING_BUDGET_S)
+        plan = SweepPlan(spec, tuple(drive.tasks(examples, seed)), shrink_budget_s, FINDING_BUDGET_S, shrink_tries)
         return sweep(drive, plan, events=events)
     finally:
         drive.close()
