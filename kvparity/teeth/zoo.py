@@ -7,10 +7,11 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
-import sys
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
+
+from kvparity.teeth.copy_pytest import run_pytest
 
 REPO = Path(__file__).resolve().parents[2]
 COPIED = ("kernels", "mem_cache", "legacy", "refactored", "kvparity", "tests", "conftest.py", "pyproject.toml")
@@ -214,6 +215,6 @@ def run_properties(
             env["KVPARITY_LEDGER"] = str(ledger_dir)
         if result_file is not None:
             env[RESULT_ENV] = str(result_file)
-        command = [sys.executable, "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider", "-p", "kvparity.teeth.plugin",
-                   "tests/properties/test_parity.py::test_all_worlds_agree"]
-        return subprocess.run(command, cwd=root, env=env, capture_output=True, text=True, timeout=timeout)
+        argv = ["-x", "-q", "-p", "no:cacheprovider", "-p", "kvparity.teeth.plugin",
+                "tests/properties/test_parity.py::test_all_worlds_agree"]
+        return run_pytest(argv, root, env, timeout)
