@@ -157,7 +157,15 @@ class _SchedulerReplayer(_Replaying):
         return bool(self.drive.same(played, first))
 
     def broken(self, played: Any) -> str | None:
-        return played.line if played.kind == "error" else None  # a scheduler that raised
+        """A scheduler that raised, even where the judgement shows another symptom first: a hybrid
+        whose idle hook raised (A's caller of a function B changed the return type of) stops before
+        deciding, and the decision it misses would otherwise pass for B's decision difference."""
+        if played.kind == "error":
+            return str(played.line)
+        (_, run), _ = played.result
+        if run.error is None:
+            return None
+        return f"iteration {run.error.iteration}: the scheduler raised {run.error.message}"
 
     def close(self) -> None:
         self.reference.close()

@@ -425,12 +425,14 @@ class _Search:
 
 
     def _judged(self, played: Played) -> tuple[str, str]:
-        """FAIL: the hybrid differs from A as B does; UNRESOLVED: it broke where B did not; else PASS."""
-        if self.replayer.same(played, self.first):
-            return FAIL, played.line
+        """UNRESOLVED: the hybrid broke where B did not (first: a hybrid that stopped on an error can
+        show the same first difference as B, and is still no reproduction of it); FAIL: it differs
+        from A as B does; else PASS."""
         broke = self.replayer.broken(played)
         if broke is not None and self.replayer.broken(self.first) is None:
             return UNRESOLVED, broke
+        if self.replayer.same(played, self.first):
+            return FAIL, played.line
         return PASS, played.line
 
 

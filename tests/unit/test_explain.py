@@ -174,6 +174,30 @@ def test_a_hybrid_that_breaks_where_b_did_not_is_unresolved_not_a_verdict():
     assert judged("raised KeyError", first_line="raised ValueError") == PASS  # B broke too: a verdict
 
 
+def test_a_scheduler_that_raised_is_broken_even_where_a_decision_difference_shows_first():
+    """0.5.11's first answer: A's idle check unpacks what B's ``_get_token_info`` now returns (a
+    ``PoolStats``), raises, and the run stops before the iteration's decision, so the first symptom
+    shown is the decision B also differs in. A scheduler that raised is broken all the same, and a
+    hybrid broken where B was not is unresolved even when its first difference is B's."""
+    from types import SimpleNamespace
+
+    from kvparity.cli.explain import _SchedulerReplayer
+    from kvparity.run.explain import Explanation, _Search
+
+    def played(error):
+        run = SimpleNamespace(error=error)
+        return SimpleNamespace(kind="decision", line="iteration 37: mode 'EXTEND' != 'DECODE'",
+                               result=((SimpleNamespace(error=None), run), None))
+
+    replayer = _SchedulerReplayer.__new__(_SchedulerReplayer)
+    replayer.same = lambda p, first: p.line == first.line
+    stopped = played(SimpleNamespace(iteration=37, message="TypeError: cannot unpack non-iterable PoolStats object"))
+    assert replayer.broken(played(None)) is None
+    assert "cannot unpack" in replayer.broken(stopped)
+    search = _Search("a", "b", replayer, played(None), Explanation("a", "b"), print)
+    assert search._judged(stopped)[0] == UNRESOLVED and search._judged(played(None))[0] == FAIL
+
+
 def test_explain_names_the_line_of_a_planted_one_line_mutant(tmp_path):
     """A copy of 0.5.3.post1 with one line changed, explained against the release on a scenario
     it differs on: the culprit is that line's function, and its diff is that line."""
