@@ -186,14 +186,16 @@ def _function_search(a: str, b: str, group: tuple[FileChange, ...],
 
 def _within_companions(minimal: tuple[FileChange | FunctionChange, ...],
                        search: _Search) -> tuple[FileChange | FunctionChange, ...]:
-    """``minimal``, unless the companions the hybrids learnt carry the difference without it: ddmin
-    keeps at least one change and every hybrid took the companions, so the one it kept would then be
-    arbitrary (0.5.13's first answer named a function whose change only counted metrics, beside the
-    companion that changed admission). Then the companions that ran are searched too, as changes of
-    their own, and nothing more is learnt: a hybrid that misses a name is left unresolved."""
-    if not search.unit_companions or search.functions(()) != FAIL:
+    """``minimal``, unless A with the companions the hybrids learnt, and nothing else, does not
+    plainly agree with A: ddmin keeps at least one change and every hybrid took the companions, so
+    when they carry the difference the one it kept is arbitrary, and when they cannot run without
+    it, it may only be what lets a companion run (0.5.11's first answer: three pool-statistics
+    functions a changed idle check needed). Then the companions that ran are searched too, as
+    changes of their own, and nothing more is learnt: a hybrid that misses a name is left
+    unresolved, so a companion that carries the difference and the changes it needs stay together."""
+    if not search.unit_companions or search.functions(()) == PASS:
         return minimal
-    search.say("explain: the companions alone carry the difference; searching the ones that ran too")
+    search.say("explain: A with the companions alone does not agree with A; searching the ones that ran too")
     ran = {u for u in search.unit_companions if _ran(u, search.called)}
     search.unit_companions -= ran
     search.learning = False

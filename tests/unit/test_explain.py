@@ -340,10 +340,16 @@ def test_every_hybrid_has_the_files_b_added_that_are_not_python(tmp_path):
     assert found.status == CULPRIT and [f.name for f in found.functions] == ["changed"], found.lines()
 
 
-def test_a_culprit_the_hybrids_took_as_a_companion_is_named_not_the_change_that_needed_it(tmp_path):
+@pytest.mark.parametrize(("b_start", "culprit"), [
+    ("        self.budget = 5\n        self.logged = 0\n", ["Adder.start"]),
+    ("        self.budget = 5\n        self.logged = 0\n        self.log(0, 1)\n", ["Adder.log", "Adder.start"]),
+], ids=["the companion alone carries it", "the companion cannot run without it"])
+def test_a_culprit_the_hybrids_took_as_a_companion_is_named_not_the_change_that_needed_it(tmp_path, b_start,
+                                                                                          culprit):
     """B's ``log`` counts into a field only B's ``start`` sets, and ``start`` also halves the budget
     (the difference). The hybrid of ``log`` alone misses the field and learns ``start`` as a
-    companion; the companion alone carries the difference, so it is the culprit, not ``log``."""
+    companion. Where ``start`` alone carries the difference it is the culprit, not ``log``; where it
+    also calls ``log`` as only B's can be called, neither runs without the other: both are named."""
     import json
     import os
     from pathlib import Path
@@ -355,8 +361,9 @@ def test_a_culprit_the_hybrids_took_as_a_companion_is_named_not_the_change_that_
     a = ("class Adder:\n    def log(self, n):\n        return n\n\n"
          "    def start(self):\n        self.budget = 10\n\n"
          "    def add(self, n):\n        self.start()\n        self.log(n)\n        return self.budget - n\n")
-    b = a.replace("        return n\n", "        self.logged += n\n        return n\n").replace(
-        "self.budget = 10\n", "self.budget = 5\n        self.logged = 0\n")
+    b = a.replace("    def log(self, n):\n        return n\n",
+                  "    def log(self, n, stamp=0):\n        self.logged += n\n        return n\n").replace(
+        "        self.budget = 10\n", b_start)
     for name, text in (("a", a), ("b", b)):
         (tmp_path / name / "sglang").mkdir(parents=True)
         (tmp_path / name / "sglang" / "m.py").write_text(text)
@@ -370,8 +377,8 @@ def test_a_culprit_the_hybrids_took_as_a_companion_is_named_not_the_change_that_
             exec((Path(folder) / "sglang" / "m.py").read_text(), space)
             try:
                 left = space["Adder"]().add(1)
-            except AttributeError as exc:
-                return Played(None, False, "raised", f"raised AttributeError: {exc}")
+            except (AttributeError, TypeError) as exc:
+                return Played(None, False, "raised", f"raised {type(exc).__name__}: {exc}")
             return Played(None, left == 9, None if left == 9 else "x", "" if left == 9 else f"budget left {left}")
 
         def same(self, played, first):
@@ -381,4 +388,4 @@ def test_a_culprit_the_hybrids_took_as_a_companion_is_named_not_the_change_that_
             return played.line if played.line.startswith("raised") else None
 
     found = explain(str(tmp_path / "a"), str(tmp_path / "b"), Replayer())
-    assert found.status == CULPRIT and [f.name for f in found.functions] == ["Adder.start"], found.lines()
+    assert found.status == CULPRIT and [f.name for f in found.functions] == culprit, found.lines()
