@@ -157,9 +157,8 @@ class _SchedulerReplayer(_Replaying):
         return bool(self.drive.same(played, first))
 
     def broken(self, played: Any) -> str | None:
-        """A scheduler that raised, even where the judgement shows another symptom first: a hybrid
-        whose idle hook raised (A's caller of a function B changed the return type of) stops before
-        deciding, and the decision it misses would otherwise pass for B's decision difference."""
+        """A scheduler that raised, even where the judgement shows another symptom first (the
+        earliest): a hybrid that differs first as B does and raises later reproduces nothing."""
         if played.kind == "error":
             return str(played.line)
         (_, run), _ = played.result

@@ -189,8 +189,8 @@ def _within_companions(minimal: tuple[FileChange | FunctionChange, ...],
     """``minimal``, unless A with the companions the hybrids learnt, and nothing else, does not
     plainly agree with A: ddmin keeps at least one change and every hybrid took the companions, so
     when they carry the difference the one it kept is arbitrary, and when they cannot run without
-    it, it may only be what lets a companion run (0.5.11's first answer: three pool-statistics
-    functions a changed idle check needed). Then the companions that ran are searched too, as
+    it, it may only be what lets a companion run (0.5.11's first answer, three pool-statistics
+    functions, may be that: A with its companions alone cannot run). Then the companions that ran are searched too, as
     changes of their own, and nothing more is learnt: a hybrid that misses a name is left
     unresolved, so a companion that carries the difference and the changes it needs stay together."""
     if not search.unit_companions or search.functions(()) == PASS:

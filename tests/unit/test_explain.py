@@ -175,10 +175,9 @@ def test_a_hybrid_that_breaks_where_b_did_not_is_unresolved_not_a_verdict():
 
 
 def test_a_scheduler_that_raised_is_broken_even_where_a_decision_difference_shows_first():
-    """0.5.11's first answer: A's idle check unpacks what B's ``_get_token_info`` now returns (a
-    ``PoolStats``), raises, and the run stops before the iteration's decision, so the first symptom
-    shown is the decision B also differs in. A scheduler that raised is broken all the same, and a
-    hybrid broken where B was not is unresolved even when its first difference is B's."""
+    """A hybrid whose scheduler differs first as B does, then raises (0.5.9's first answer: B's
+    memory difference at iteration 0, SGLang's row-leak check raised at iteration 1), is broken all
+    the same: a hybrid broken where B was not is unresolved even when its first difference is B's."""
     from types import SimpleNamespace
 
     from kvparity.cli.explain import _SchedulerReplayer
