@@ -286,6 +286,9 @@ class _Search:
         self.data: dict[str, str | bytes | None] = {}
         self.import_cache: dict[tuple[str, str], set[tuple[str, str]]] = {}
         self.names_cache: dict[tuple[str, str], set[str] | None] = {}
+        self.module_cache: dict[tuple[str, str], str | None] = {}
+        self.provider_cache: dict[str, set[str]] = {}
+        self.a_import_cache: dict[str, set[str]] = {}
 
     def files(self, chosen: tuple[FileChange, ...]) -> str:
         """B's ``chosen`` files on A, with the other changed files a hybrid needs (``needed``). A
@@ -321,39 +324,67 @@ class _Search:
         B version defines a name a chosen file imports and A's does not, and a file whose A version
         imports a name a chosen module no longer defines; transitively."""
         kept = {c.path for c in chosen} | self.companions
+        given = {p for k in kept for p in self._b_only_providers(k)}  # what B's kept files import from B alone
+        folders = {f for k in kept for f in _folders(k)}  # every package folder a kept file sits in
         grown = True
         while grown:
             grown = False
             for c in self.candidates:
-                if c.path not in kept and self._needed_beside(c.path, kept):
+                if c.path not in kept and (c.path in given or self._needed_beside(c.path, kept, folders)):
                     kept.add(c.path)
+                    given |= self._b_only_providers(c.path)
+                    folders.update(_folders(c.path))
                     grown = True
         return tuple(c for c in self.candidates if c.path in kept)
 
-    def _needed_beside(self, path: str, kept: set[str]) -> bool:
-        # B's kept files take a name (or a module) only B's ``path`` defines ...
-        if any(self._only_b_gives(path, module, name) for other in kept for module, name in self._imports(self.b, other)):
+    def _needed_beside(self, path: str, kept: set[str], folders: set[str]) -> bool:
+        # ``path`` is a package's __init__ and a kept module sits in that package ...
+        if path.endswith("/__init__.py") and path.removesuffix("__init__.py") in folders:
             return True
-        # ... or a kept module sits in the package ``path`` begins (its __init__) ...
-        if path.endswith("/__init__.py") and any(k.startswith(path.removesuffix("__init__.py")) for k in kept):
-            return True
-        # ... or A's ``path`` takes a module B removed, or a name a kept file no longer defines in B.
+        # ... or A's ``path`` takes a module B removed, or a name a kept file no longer defines in B
+        # (only a kept file among those its imports name can make it so: looked at first, it is cheap).
+        if not self._a_import_files(path) & kept:
+            return False
         return any(self._gone_in_b(module, name, kept) for module, name in self._imports(self.a, path))
 
-    def _gone_in_b(self, module: str, name: str, kept: set[str]) -> bool:
-        if name and module_path(f"{module}/{name}", self.a) in kept:  # a submodule B removed or changed
-            return module_path(f"{module}/{name}", self.b) is None
-        if module_path(module, self.a) in kept and module_path(module, self.b) is None:
-            return True
-        return module_path(module, self.b) in kept and bool(name) and not self._defines(self.b, module, name)
+    def _a_import_files(self, path: str) -> set[str]:
+        """The files ``_gone_in_b`` looks for in the kept set, for A's ``path``'s imports."""
+        if path not in self.a_import_cache:
+            self.a_import_cache[path] = {
+                f for module, name in self._imports(self.a, path)
+                for f in (self._module(self.a, f"{module}/{name}") if name else None,
+                          self._module(self.a, module), self._module(self.b, module)) if f is not None}
+        return self.a_import_cache[path]
 
-    def _only_b_gives(self, path: str, module: str, name: str) -> bool:
-        """Whether ``from module import name`` (``import module``: no name) needs B's ``path``."""
-        if name and module_path(f"{module}/{name}", self.b) == path:  # a submodule
-            return module_path(f"{module}/{name}", self.a) is None
-        if module_path(module, self.b) != path:
-            return False
-        return module_path(module, self.a) is None or bool(name) and not self._defines(self.a, module, name)
+    def _gone_in_b(self, module: str, name: str, kept: set[str]) -> bool:
+        if name and self._module(self.a, f"{module}/{name}") in kept:  # a submodule B removed or changed
+            return self._module(self.b, f"{module}/{name}") is None
+        if self._module(self.a, module) in kept and self._module(self.b, module) is None:
+            return True
+        return self._module(self.b, module) in kept and bool(name) and not self._defines(self.b, module, name)
+
+    def _b_only_providers(self, path: str) -> set[str]:
+        """The files whose B version alone gives what B's ``path`` imports: a submodule A lacks, or
+        a module A lacks or whose A version does not define the name (computed once a file: the
+        search asks for every kept file on every hybrid)."""
+        if path not in self.provider_cache:
+            found = set()
+            for module, name in self._imports(self.b, path):
+                sub = self._module(self.b, f"{module}/{name}") if name else None
+                if sub is not None and self._module(self.a, f"{module}/{name}") is None:
+                    found.add(sub)
+                whole = self._module(self.b, module)
+                if whole is not None and whole != sub and (
+                        self._module(self.a, module) is None or bool(name) and not self._defines(self.a, module, name)):
+                    found.add(whole)
+            self.provider_cache[path] = found
+        return self.provider_cache[path]
+
+    def _module(self, root: str, module: str) -> str | None:
+        key = (root, module)
+        if key not in self.module_cache:
+            self.module_cache[key] = module_path(module, root)
+        return self.module_cache[key]
 
     def _imports(self, root: str, path: str) -> set[tuple[str, str]]:
         key = (root, path)
@@ -436,6 +467,12 @@ class _Search:
         if self.replayer.same(played, self.first):
             return FAIL, played.line
         return PASS, played.line
+
+
+def _folders(path: str) -> set[str]:
+    """The folders ``path`` sits in, each with its trailing slash: ``a/b/c.py`` -> ``a/``, ``a/b/``."""
+    parts = path.split("/")[:-1]
+    return {"/".join(parts[:i]) + "/" for i in range(1, len(parts) + 1)}
 
 
 def _brings_or_drops(mine: str, theirs: str, names: set[str]) -> bool:

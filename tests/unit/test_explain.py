@@ -135,6 +135,34 @@ def test_a_hybrid_takes_a_module_beside_a_file_only_when_it_imports_a_name_only_
     assert defined_names(b, "sglang/srt") == {"helper", "user"}  # a package's names: its modules
 
 
+def test_a_hybrid_takes_the_files_its_changes_need_to_import_and_no_other(tmp_path):
+    """B's ``user.py`` imports ``new``, which only B's ``helper.py`` defines: the helper comes too;
+    B's helper no longer defines ``old``, which A's ``caller.py`` imports: B's caller comes too
+    (transitively). A module of a package brings the package's ``__init__``. Nothing else comes."""
+    from kvparity.run.explain import Explanation, _Search
+
+    a_files = {"srt/helper.py": "def old():\n    pass\n", "srt/user.py": "X = 1\n",
+               "srt/caller.py": "from .helper import old\n", "srt/pkg/__init__.py": "",
+               "srt/pkg/mod.py": "Y = 1\n", "srt/alone.py": "Z = 1\n"}
+    b_files = {"srt/helper.py": "def new():\n    pass\n", "srt/user.py": "from .helper import new\n",
+               "srt/caller.py": "Q = 2\n", "srt/pkg/__init__.py": "P = 2\n", "srt/pkg/mod.py": "Y = 2\n",
+               "srt/alone.py": "Z = 2\n"}
+    for root, files in ((tmp_path / "a", a_files), (tmp_path / "b", b_files)):
+        for path, text in files.items():
+            (root / "sglang" / path).parent.mkdir(parents=True, exist_ok=True)
+            (root / "sglang" / path).write_text(text)
+    search = _Search(str(tmp_path / "a"), str(tmp_path / "b"), None, None, Explanation("a", "b"), print)
+    search.candidates = tuple(changed_files(tmp_path / "a", tmp_path / "b"))
+
+    def needed(*paths: str) -> list[str]:
+        chosen = tuple(c for c in search.candidates if c.path.removeprefix("sglang/") in paths)
+        return [c.path.removeprefix("sglang/") for c in search.needed(chosen)]
+
+    assert needed("srt/user.py") == ["srt/caller.py", "srt/helper.py", "srt/user.py"]
+    assert needed("srt/pkg/mod.py") == ["srt/pkg/__init__.py", "srt/pkg/mod.py"]
+    assert needed("srt/alone.py") == ["srt/alone.py"]
+
+
 def test_only_changed_functions_a_run_called_are_searched_and_module_code_always_is():
     """A method counts as run when it, or a function nested in it, was called; a class only one side
     has, when one of its methods was; module-level code and whole files always count."""
