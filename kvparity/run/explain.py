@@ -309,13 +309,13 @@ class _Search:
         """The candidate files outside ``group`` whose B text brings a name the error says is
         missing, or drops it (``_brings_or_drops``)."""
         inside = {c.path for c in group}
-        names = _missing_names(line)
+        names, callees = _missing_names(line), _misfit_callees(line)
         modules = {m.replace(".", "/") for m in re.findall(r"No module named '([\w.]+)'", line)}
         found = {path for m in modules for path in (module_path(m, self.b),) if path}
         for c in self.candidates:
             if c.path in inside or not c.path.endswith(".py") or c.kind == "removed":
                 continue
-            if _brings_or_drops(_text(self.a, c.path), _text(self.b, c.path), names):
+            if _brings_or_drops(_text(self.a, c.path), _text(self.b, c.path), names) or _calls(_text(self.b, c.path), callees):
                 found.add(c.path)
         return {p for p in found if p in {c.path for c in self.candidates}} - inside
 
@@ -415,7 +415,7 @@ class _Search:
 
     def _unit_providers(self, line: str, taken: set[FileChange | FunctionChange]) -> set[FileChange | FunctionChange]:
         """The units outside ``taken`` whose B text brings or drops a name the error says is missing."""
-        names = _missing_names(line)
+        names, callees = _missing_names(line), _misfit_callees(line)
         found: set[FileChange | FunctionChange] = set()
         for unit in self.all_units:  # a companion may be a function no run called (one only named)
             if unit in taken or not isinstance(unit, FunctionChange):
@@ -423,7 +423,7 @@ class _Search:
             if unit.path not in self.unit_text_cache:
                 self.unit_text_cache[unit.path] = unit_texts(_text(self.a, unit.path), _text(self.b, unit.path))
             mine, theirs = self.unit_text_cache[unit.path].get(unit.name, ("", ""))
-            if _brings_or_drops(mine, theirs, names):
+            if _brings_or_drops(mine, theirs, names) or _calls(theirs, callees):
                 found.add(unit)
         return found
 
@@ -487,6 +487,20 @@ def _brings_or_drops(mine: str, theirs: str, names: set[str]) -> bool:
 def _missing_names(line: str) -> set[str]:
     """The names an error says are missing: an attribute, an imported name, a keyword, a name."""
     return set(re.findall(r"(?:attribute|import name|keyword argument|name) '(\w+)'", line))
+
+
+def _misfit_callees(line: str) -> set[str]:
+    """The functions an error says were called with arguments that do not fit (``f() missing 1
+    required positional argument``, ``takes 2 positional arguments but 3 were given``): one side's
+    caller meets the other side's signature, so B's callers (or B's definition) of it are what the
+    hybrid lacks. A class's ``__init__`` is named by its class."""
+    found = re.findall(r"([\w.]+)\(\) (?:missing \d+ required|takes \d+ positional)", line)
+    return {name.removesuffix(".__init__").rsplit(".", 1)[-1] for name in found}
+
+
+def _calls(text: str, callees: set[str]) -> bool:
+    """Whether ``text`` calls (or defines) one of ``callees``."""
+    return any(re.search(rf"\b{name}\(", text) for name in callees)
 
 
 def _label(change: FileChange | FunctionChange) -> str:

@@ -416,3 +416,42 @@ def test_a_culprit_the_hybrids_took_as_a_companion_is_named_not_the_change_that_
 
     found = explain(str(tmp_path / "a"), str(tmp_path / "b"), Replayer())
     assert found.status == CULPRIT and [f.name for f in found.functions] == culprit, found.lines()
+
+
+def test_a_hybrid_whose_call_misses_an_argument_learns_b_s_callers_of_that_function(tmp_path):
+    """B's ``limit`` needs a ``cap``; a hybrid with B's ``limit`` and A's ``budget`` fails with
+    ``limit() missing 1 required positional argument: 'cap'``: B's callers of ``limit`` (``budget``,
+    not the unrelated ``other``) are what it lacks, and are taken from then on."""
+    from pathlib import Path
+
+    from kvparity.run.drive import Played
+    from kvparity.run.explain import Explanation, _Search
+
+    a = "def limit(n):\n    return n\n\n\ndef budget(n):\n    return limit(n) + 1\n\n\ndef other():\n    return 0\n"
+    b = ("def limit(n, cap):\n    return min(n, cap)\n\n\ndef budget(n):\n    return limit(n, 2) + 1\n\n\n"
+         "def other():\n    return 1\n")
+    for name, text in (("a", a), ("b", b)):
+        (tmp_path / name / "sglang").mkdir(parents=True)
+        (tmp_path / name / "sglang" / "m.py").write_text(text)
+
+    class Replayer:
+        def play(self, folder):
+            space: dict = {}
+            exec((Path(folder) / "sglang" / "m.py").read_text(), space)
+            try:
+                return Played(None, False, "x", f"budget {space['budget'](5)}")
+            except TypeError as exc:
+                return Played(None, False, "raised", f"raised TypeError: {exc}")
+
+        def same(self, played, first):
+            return played.line == first.line
+
+        def broken(self, played):
+            return played.line if played.line.startswith("raised") else None
+
+    first = Played(None, False, "x", "budget 3")
+    search = _Search(str(tmp_path / "a"), str(tmp_path / "b"), Replayer(), first, Explanation("a", "b"), print)
+    units = {u.name: u for u in function_changes("sglang/m.py", a, b)}
+    search.all_units = tuple(units.values())
+    assert search.functions((units["limit"],)) == FAIL
+    assert search.unit_companions == {units["budget"]}
