@@ -455,3 +455,14 @@ def test_a_hybrid_whose_call_misses_an_argument_learns_b_s_callers_of_that_funct
     search.all_units = tuple(units.values())
     assert search.functions((units["limit"],)) == FAIL
     assert search.unit_companions == {units["budget"]}
+
+
+def test_the_names_an_error_says_a_hybrid_misses_include_parameters_an_adapter_check_found_apart():
+    """A hybrid learns the changed files that bring or drop what its error names: an attribute, an
+    imported name, a keyword, and the parameters kvparity's adapter check found on one side only."""
+    from kvparity.run.explain import _missing_names
+
+    assert _missing_names("AttributeError: 'Req' object has no attribute 'swa_uuid'") == {"swa_uuid"}
+    assert _missing_names("ImportError: cannot import name 'mxfp_supported' from 'sglang.srt.utils'") == {"mxfp_supported"}
+    assert _missing_names("ScheduleBatch.release_req takes ['idx', 'remaing_req_count', 'server_args'], the entry "
+                          "says ['idx', 'remaing_req_count', 'server_args', 'offload_kv']") == {"offload_kv"}
