@@ -101,13 +101,13 @@ def test_git_version_without_git_is_none(tmp_path, no_git_above):
 # --------------------------------------------------------------------------- checkouts
 
 
-# The 0.5.21 code fits the entries of 0.5.19, 0.5.20 and 0.5.21; the version chooses among them
-# the newest not after it (a .devN is before its release).
-@pytest.mark.parametrize("version, entry", [("0.5.22.dev3+g1a2b3c4", "0.5.21"), ("0.5.21.dev3+g1a2b3c4", "0.5.20")])
+# The 0.5.23 code fits the entries of 0.5.22 and 0.5.23; the version chooses among them the newest
+# not after it (a .devN is before its release).
+@pytest.mark.parametrize("version, entry", [("0.5.24.dev3+g1a2b3c4", "0.5.23"), ("0.5.23.dev3+g1a2b3c4", "0.5.22")])
 def test_a_checkouts_version_file_names_it_and_chooses_among_the_entries_its_code_fits(
         version, entry, tmp_path, no_git_above):
-    python = _checkout("0.5.21", tmp_path / "sglang-checkout")
-    _edit(python / "sglang" / "_version.py", "= '0.5.21'", f"= '{version}'")
+    python = _checkout("0.5.23", tmp_path / "sglang-checkout")
+    _edit(python / "sglang" / "_version.py", "= '0.5.23'", f"= '{version}'")
     src = install.resolve(str(python))
     assert (src.version, src.version_from, src.origin, src.path) == (version, "file", "path", str(python.resolve()))
     assert src.entry_release == entry

@@ -79,6 +79,16 @@ def _generation_facts(entry: VersionEntry) -> list[Fact]:
     return [checkpoint, Fact(f"{_REQ}.prefix_indices")]
 
 
+def _hybrid_cache_facts(entry: VersionEntry) -> list[Fact]:
+    """Where the sliding-window and Mamba caches live, and that the trees of their own are gone
+    where the entry says so."""
+    facts = [Fact(entry.swa_allocator), Fact(entry.swa_kv_pool)]
+    for tree, module in ((entry.swa_tree, "sglang.srt.mem_cache.swa_radix_cache"),
+                         (entry.mamba_tree, "sglang.srt.mem_cache.mamba_radix_cache")):
+        facts.append(Fact(tree) if tree is not None else Fact(module, present=False))
+    return facts
+
+
 def entry_facts(entry: VersionEntry) -> list[Fact]:
     """Every fact ``entry`` implies about SGLang's code, the state model's first."""
     facts = _generation_facts(entry)
@@ -98,6 +108,7 @@ def entry_facts(entry: VersionEntry) -> list[Fact]:
     if entry.unified_radix_cache is not None:  # it exists from 0.5.11; servers build it from 0.5.19
         facts.append(Fact(entry.unified_radix_cache))
     facts.append(Fact(f"{_REQ}.req_pool_idx", present=not entry.req_kv_info))  # moved into req.kv (0.5.19)
+    facts += _hybrid_cache_facts(entry)
     facts += _admission_facts(entry.admission)
     # 0.5.4: a retracted request keeps its row index (the one behaviour of 0.5.3.post2 .. 0.5.5 no name shows).
     facts.append(Fact(f"{_REQ}.reset_for_retract", says="self.req_pool_idx = None",

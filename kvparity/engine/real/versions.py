@@ -20,6 +20,7 @@ _SB = "sglang.srt.managers.schedule_batch"
 _COMMON = "sglang.srt.mem_cache.common"
 _ALLOCATION = "sglang.srt.mem_cache.allocation"  # the allocation half of common.py, from 0.5.16
 _SERVER_ARGS = "sglang.srt.server_args"
+_SWA_POOL = "sglang.srt.mem_cache.swa_memory_pool"  # the sliding-window pool and allocator, 0.5.8 ..
 
 # ``ScheduleBatch.init_new`` and ``ScheduleBatch.release_req``: the same in 0.5.3 .. 0.5.4.
 # ("remaing" is SGLang's spelling.)
@@ -137,6 +138,15 @@ class VersionEntry:
     # (0.5.19, 0.5.20), then a compiled Rust one beside it (0.5.21+: SGLANG_UNIFIED_RADIX_TREE_CORE_BACKEND
     # defaults to "rust").
     tree_cores: tuple[str, ...] = ()
+    # The hybrid caches (issue 34, docs/plans/hybrid-caches.md), where the release has them. A
+    # sliding-window model's allocator (a full pool and a window pool joined by a slot mapping) and
+    # its pool moved out of the allocator and memory-pool modules in 0.5.8 and 0.5.13:
+    swa_allocator: str = "sglang.srt.mem_cache.allocator:SWATokenToKVPoolAllocator"
+    swa_kv_pool: str = "sglang.srt.mem_cache.memory_pool:SWAKVPool"
+    # The trees of their own, before they became UnifiedRadixCache's SWA and MAMBA components (both
+    # deleted in 0.5.21; MambaRadixCache from 0.5.3.post2). None where the release has none.
+    swa_tree: str | None = "sglang.srt.mem_cache.swa_radix_cache:SWARadixCache"
+    mamba_tree: str | None = None
 
     @property
     def prefill_only_possible(self) -> bool:
@@ -190,6 +200,7 @@ CHANGES: tuple[tuple[str, dict[str, object]], ...] = (
         release_req_kind="cache_finished_req_no_insert",
         retract_decode_steps="sglang.srt.environ:envs.SGLANG_RETRACT_DECODE_STEPS",
         finished_tail_free="last", oom_messages=dict(_OOM_COMMON), prefill_only_spec_check="server_args is None",
+        mamba_tree="sglang.srt.mem_cache.mamba_radix_cache:MambaRadixCache",
     )),
     ("0.5.3.post3", dict()),
     ("0.5.4", dict(retract_clears_req_pool_idx=False)),
@@ -208,7 +219,10 @@ CHANGES: tuple[tuple[str, dict[str, object]], ...] = (
     ("0.5.6.post1", dict()),
     ("0.5.6.post2", dict()),
     ("0.5.7", dict()),
-    ("0.5.8", dict(init_new_params=_INIT_NEW + ("dllm_staging_reqs", "dllm_config"))),
+    ("0.5.8", dict(
+        init_new_params=_INIT_NEW + ("dllm_staging_reqs", "dllm_config"),
+        swa_allocator=f"{_SWA_POOL}:SWATokenToKVPoolAllocator", swa_kv_pool=f"{_SWA_POOL}:SWAKVPool",
+    )),
     ("0.5.8.post1", dict()),
     ("0.5.9", dict(
         init_new_params=_INIT_NEW + ("dllm_config",), admission="setter", stash_frees_row=False,
@@ -219,7 +233,10 @@ CHANGES: tuple[tuple[str, dict[str, object]], ...] = (
     ("0.5.11", dict()),
     ("0.5.12", dict()),
     ("0.5.12.post1", dict()),
-    ("0.5.13", dict(input_ids_type="array", admission="fill_len")),
+    ("0.5.13", dict(
+        input_ids_type="array", admission="fill_len",
+        swa_allocator="sglang.srt.mem_cache.allocator.swa:SWATokenToKVPoolAllocator",
+    )),
     ("0.5.13.post1", dict()),
     ("0.5.14", dict()),
     ("0.5.15", dict(admission="extend_range")),
@@ -236,7 +253,8 @@ CHANGES: tuple[tuple[str, dict[str, object]], ...] = (
         unified_radix_cache="sglang.srt.mem_cache.unified_radix_cache:UnifiedRadixCache", tree_cores=("python",),
     )),
     ("0.5.20", dict()),
-    ("0.5.21", dict(tree_cores=("rust", "python"))),  # the Rust core ships, and is the default, from 0.5.21
+    # The Rust core ships, and is the default, from 0.5.21; the hybrid trees of their own are gone.
+    ("0.5.21", dict(tree_cores=("rust", "python"), swa_tree=None, mamba_tree=None)),
     ("0.5.22", dict(
         generation="prefix_len", chunk_cache=None, admission="extend_end", prefix_default="none",
         chunk_prefix="none",
