@@ -98,6 +98,7 @@ def _explain_one(a_spec: str, b_spec: str, scenario: Any, drive: str, backend: s
         replayer.close()
     if found.status == NO_DIFFERENCE:
         return f"{b_spec} and {a_spec} agree on this scenario: nothing to explain"
+    found.reference, found.checked = a_spec, b_spec  # as the user named them: a release's cache folder is this machine's
     return found
 
 

@@ -258,6 +258,12 @@ def test_every_differing_pair_of_the_committed_matrices_can_be_explained():
         pairs = differing_pairs(json.loads((root / name).read_text()))
         assert len(pairs) == count, name
         assert {scenario_and_drive(p["scenario"])[1] for p in pairs} == {drive}
+    # Each culprit names the releases as the user did, never this machine's cache folders.
+    for name in ("culprits-scheduler.json", "culprits-harness.json"):
+        for e in json.loads((root / name).read_text())["explained"]:
+            x = e["explanation"]
+            assert (x.get("reference", e["reference_release"]), x.get("checked", e["other_release"])) == (
+                e["reference_release"], e["other_release"]), name
 
 
 @pytest.mark.parametrize("argv, message", [
