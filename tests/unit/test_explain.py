@@ -466,9 +466,13 @@ def test_a_hybrid_whose_call_misses_an_argument_learns_b_s_callers_of_that_funct
 def test_the_names_an_error_says_a_hybrid_misses_include_parameters_an_adapter_check_found_apart():
     """A hybrid learns the changed files that bring or drop what its error names: an attribute, an
     imported name, a keyword, and the parameters kvparity's adapter check found on one side only."""
-    from kvparity.run.explain import _missing_names
+    from kvparity.run.explain import _misfit_callees, _missing_names
 
     assert _missing_names("AttributeError: 'Req' object has no attribute 'swa_uuid'") == {"swa_uuid"}
     assert _missing_names("ImportError: cannot import name 'mxfp_supported' from 'sglang.srt.utils'") == {"mxfp_supported"}
     assert _missing_names("ScheduleBatch.release_req takes ['idx', 'remaing_req_count', 'server_args'], the entry "
                           "says ['idx', 'remaing_req_count', 'server_args', 'offload_kv']") == {"offload_kv"}
+    # A's text may use the parameter's name elsewhere (0.5.17's schedule_batch.py does): the function
+    # itself is named too, so B's definition (and callers) of it are learnt.
+    assert _misfit_callees("ScheduleBatch.release_req takes ['idx'], the entry says ['idx', 'offload_kv']") == {
+        "release_req"}
