@@ -485,10 +485,13 @@ def _brings_or_drops(mine: str, theirs: str, names: set[str]) -> bool:
 
 
 def _missing_names(line: str) -> set[str]:
-    """The names an error says are missing: an attribute, an imported name, a keyword, a name; and
-    the parameters one side of a signature has and the other lacks, where kvparity's adapter check
-    compares them (``release_req takes ['idx'], the entry says ['idx', 'offload_kv']``)."""
+    """The names an error says are missing: an attribute, an imported name, a keyword, a name, an
+    abstract method a class lacks; and the parameters one side of a signature has and the other
+    lacks, where kvparity's adapter check compares them (``release_req takes ['idx'], the entry
+    says ['idx', 'offload_kv']``)."""
     names = set(re.findall(r"(?:attribute|import name|keyword argument|name) '(\w+)'", line))
+    for methods in re.findall(r"with abstract methods? ([\w, ]+)", line):  # a class B's base requires them of
+        names |= {m.strip() for m in methods.split(",") if m.strip()}
     for found, expected in re.findall(r"takes \[([^\]]*)\], the entry says \[([^\]]*)\]", line):
         names |= set(re.findall(r"'(\w+)'", found)) ^ set(re.findall(r"'(\w+)'", expected))
     return names

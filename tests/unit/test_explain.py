@@ -470,6 +470,8 @@ def test_the_names_an_error_says_a_hybrid_misses_include_parameters_an_adapter_c
 
     assert _missing_names("AttributeError: 'Req' object has no attribute 'swa_uuid'") == {"swa_uuid"}
     assert _missing_names("ImportError: cannot import name 'mxfp_supported' from 'sglang.srt.utils'") == {"mxfp_supported"}
+    assert _missing_names("TypeError: Can't instantiate abstract class UnifiedRadixCache with abstract methods "
+                          "checkpoint, release") == {"checkpoint", "release"}
     assert _missing_names("ScheduleBatch.release_req takes ['idx', 'remaing_req_count', 'server_args'], the entry "
                           "says ['idx', 'remaing_req_count', 'server_args', 'offload_kv']") == {"offload_kv"}
     # A's text may use the parameter's name elsewhere (0.5.17's schedule_batch.py does): the function
