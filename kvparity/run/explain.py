@@ -312,6 +312,11 @@ class _Search:
         names, callees = _missing_names(line), _misfit_callees(line)
         modules = {m.replace(".", "/") for m in re.findall(r"No module named '([\w.]+)'", line)}
         found = {path for m in modules for path in (module_path(m, self.b),) if path}
+        # The probe found a module B removed still there (the hybrid sits between two generations):
+        # B's removal of it is what the hybrid lacks.
+        gone = {m.replace(".", "/") for m in re.findall(r"where ([\w.]+) is present", line)}
+        found |= {c.path for c in self.candidates
+                  if c.kind == "removed" and c.path.removesuffix(".py").removesuffix("/__init__") in gone}
         for c in self.candidates:
             if c.path in inside or not c.path.endswith(".py") or c.kind == "removed":
                 continue
@@ -486,10 +491,11 @@ def _brings_or_drops(mine: str, theirs: str, names: set[str]) -> bool:
 
 def _missing_names(line: str) -> set[str]:
     """The names an error says are missing: an attribute, an imported name, a keyword, a name, an
-    abstract method a class lacks; and the parameters one side of a signature has and the other
+    abstract method a class lacks, a name the probe found missing or present; and the parameters one side of a signature has and the other
     lacks, where kvparity's adapter check compares them (``release_req takes ['idx'], the entry
     says ['idx', 'offload_kv']``)."""
     names = set(re.findall(r"(?:attribute|import name|keyword argument|name) '(\w+)'", line))
+    names |= {n.rsplit(".", 1)[-1] for n in re.findall(r"where [\w.]+:([\w.]+) is (?:missing|present)", line)}  # the probe
     for methods in re.findall(r"with abstract methods? ([\w, ]+)", line):  # a class B's base requires them of
         names |= {m.strip() for m in methods.split(",") if m.strip()}
     for found, expected in re.findall(r"takes \[([^\]]*)\], the entry says \[([^\]]*)\]", line):

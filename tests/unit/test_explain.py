@@ -472,9 +472,28 @@ def test_the_names_an_error_says_a_hybrid_misses_include_parameters_an_adapter_c
     assert _missing_names("ImportError: cannot import name 'mxfp_supported' from 'sglang.srt.utils'") == {"mxfp_supported"}
     assert _missing_names("TypeError: Can't instantiate abstract class UnifiedRadixCache with abstract methods "
                           "checkpoint, release") == {"checkpoint", "release"}
+    assert _missing_names("matches no SGLang generation kvparity drives: the nearest is ..., as in 0.5.21, where "
+                          "sglang.srt.mem_cache.common:checkpoint_kv_cache is present") == {"checkpoint_kv_cache"}
     assert _missing_names("ScheduleBatch.release_req takes ['idx', 'remaing_req_count', 'server_args'], the entry "
                           "says ['idx', 'remaing_req_count', 'server_args', 'offload_kv']") == {"offload_kv"}
     # A's text may use the parameter's name elsewhere (0.5.17's schedule_batch.py does): the function
     # itself is named too, so B's definition (and callers) of it are learnt.
     assert _misfit_callees("ScheduleBatch.release_req takes ['idx'], the entry says ['idx', 'offload_kv']") == {
         "release_req"}
+
+
+def test_a_hybrid_the_probe_finds_still_holding_a_module_b_removed_learns_that_removal(tmp_path):
+    """Between two generations (0.5.21 -> 0.5.22 removed the chunk cache) a hybrid can fit no
+    entry: the probe says a module B removed is still present, so B's removal of it is taken."""
+    from kvparity.run.explain import Explanation, _Search
+
+    (tmp_path / "a" / "sglang" / "srt").mkdir(parents=True)
+    (tmp_path / "b" / "sglang" / "srt").mkdir(parents=True)
+    (tmp_path / "a" / "sglang" / "srt" / "chunk_cache.py").write_text("class ChunkCache:\n    pass\n")
+    (tmp_path / "a" / "sglang" / "srt" / "other.py").write_text("X = 1\n")
+    (tmp_path / "b" / "sglang" / "srt" / "other.py").write_text("X = 2\n")
+    search = _Search(str(tmp_path / "a"), str(tmp_path / "b"), None, None, Explanation("a", "b"), print)
+    search.candidates = tuple(changed_files(tmp_path / "a", tmp_path / "b"))
+    line = "matches no SGLang generation ..., as in 0.5.23, where sglang.srt.chunk_cache is present"
+    assert search._providers(line, ()) == {"sglang/srt/chunk_cache.py"}
+    assert search._providers(line.replace("is present", "is missing"), ()) == set()
