@@ -165,7 +165,8 @@ class _SchedulerReplayer(_Replaying):
         (_, run), _ = played.result
         if run.error is None:
             return None
-        return f"iteration {run.error.iteration}: the scheduler raised {run.error.message}"
+        where = f" (at {run.error.where})" if run.error.where else ""  # explain learns B's version of that function
+        return f"iteration {run.error.iteration}: the scheduler raised {run.error.message}{where}"
 
     def close(self) -> None:
         self.reference.close()

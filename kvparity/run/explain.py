@@ -312,6 +312,9 @@ class _Search:
         names, callees = _missing_names(line), _misfit_callees(line)
         modules = {m.replace(".", "/") for m in re.findall(r"No module named '([\w.]+)'", line)}
         found = {path for m in modules for path in (module_path(m, self.b),) if path}
+        raised = _raised_in(line)
+        if raised is not None:  # A's version of the file raised: B's is what it lacks
+            found.add(raised[0])
         # The probe found a module B removed still there (the hybrid sits between two generations):
         # B's removal of it is what the hybrid lacks.
         gone = {m.replace(".", "/") for m in re.findall(r"where ([\w.]+) is present", line)}
@@ -420,7 +423,7 @@ class _Search:
 
     def _unit_providers(self, line: str, taken: set[FileChange | FunctionChange]) -> set[FileChange | FunctionChange]:
         """The units outside ``taken`` whose B text brings or drops a name the error says is missing."""
-        names, callees = _missing_names(line), _misfit_callees(line)
+        names, callees, raised = _missing_names(line), _misfit_callees(line), _raised_in(line)
         found: set[FileChange | FunctionChange] = set()
         for unit in self.all_units:  # a companion may be a function no run called (one only named)
             if unit in taken or not isinstance(unit, FunctionChange):
@@ -428,7 +431,7 @@ class _Search:
             if unit.path not in self.unit_text_cache:
                 self.unit_text_cache[unit.path] = unit_texts(_text(self.a, unit.path), _text(self.b, unit.path))
             mine, theirs = self.unit_text_cache[unit.path].get(unit.name, ("", ""))
-            if _brings_or_drops(mine, theirs, names) or _calls(theirs, callees):
+            if _brings_or_drops(mine, theirs, names) or _calls(theirs, callees) or _is_where(unit, raised):
                 found.add(unit)
         return found
 
@@ -511,6 +514,20 @@ def _misfit_callees(line: str) -> set[str]:
     hybrid lacks. A class's ``__init__`` is named by its class."""
     found = re.findall(r"([\w.]+)(?:\(\) (?:missing \d+ required|takes \d+ positional)| takes \[)", line)
     return {name.removesuffix(".__init__").rsplit(".", 1)[-1] for name in found}
+
+
+def _raised_in(line: str) -> tuple[str, str] | None:
+    """Where a scheduler that raised stopped, as the replayer says it (``(at sglang/x.py:12 in f)``,
+    the innermost frame in SGLang): the file and the function's own name."""
+    found = re.search(r"\(at (sglang/[\w/.]+\.py):\d+ in (\w+)\)", line)
+    return (found.group(1), found.group(2)) if found else None
+
+
+def _is_where(unit: FunctionChange, raised: tuple[str, str] | None) -> bool:
+    """Whether the unit is the function a hybrid raised in: A's version of it met B's data, so B's
+    version is what the hybrid lacks."""
+    return raised is not None and unit.path == raised[0] and (
+        unit.name == raised[1] or unit.name.endswith("." + raised[1]))
 
 
 def _calls(text: str, callees: set[str]) -> bool:

@@ -209,6 +209,7 @@ def test_a_scheduler_that_raised_is_broken_even_where_a_decision_difference_show
     from types import SimpleNamespace
 
     from kvparity.cli.explain import _SchedulerReplayer
+    from kvparity.model.traffic_records import StopError
     from kvparity.run.explain import Explanation, _Search
 
     def played(error):
@@ -218,9 +219,11 @@ def test_a_scheduler_that_raised_is_broken_even_where_a_decision_difference_show
 
     replayer = _SchedulerReplayer.__new__(_SchedulerReplayer)
     replayer.same = lambda p, first: p.line == first.line
-    stopped = played(SimpleNamespace(iteration=37, message="TypeError: cannot unpack non-iterable PoolStats object"))
+    stopped = played(StopError(37, "TypeError: cannot unpack non-iterable PoolStats object",
+                               "sglang/srt/managers/scheduler.py:12 in on_idle"))
     assert replayer.broken(played(None)) is None
-    assert "cannot unpack" in replayer.broken(stopped)
+    assert replayer.broken(stopped) == ("iteration 37: the scheduler raised TypeError: cannot unpack non-iterable "
+                                        "PoolStats object (at sglang/srt/managers/scheduler.py:12 in on_idle)")
     search = _Search("a", "b", replayer, played(None), Explanation("a", "b"), print)
     assert search._judged(stopped)[0] == UNRESOLVED and search._judged(played(None))[0] == FAIL
 
@@ -497,3 +500,23 @@ def test_a_hybrid_the_probe_finds_still_holding_a_module_b_removed_learns_that_r
     line = "matches no SGLang generation ..., as in 0.5.23, where sglang.srt.chunk_cache is present"
     assert search._providers(line, ()) == {"sglang/srt/chunk_cache.py"}
     assert search._providers(line.replace("is present", "is missing"), ()) == set()
+
+
+def test_a_hybrid_that_raised_in_a_function_it_took_from_a_learns_b_s_version_of_it(tmp_path):
+    """``unsupported operand type(s) for -=: 'NoneType' and 'int'`` names nothing; where the
+    scheduler stopped does: A's ``budget`` met B's data, so B's ``budget`` (not ``other``) is taken."""
+    from kvparity.run.explain import Explanation, _Search
+
+    a = "def budget(n):\n    return n\n\n\ndef other():\n    return 0\n"
+    b = "def budget(n):\n    return n - 1\n\n\ndef other():\n    return 1\n"
+    for name, text in (("a", a), ("b", b)):
+        (tmp_path / name / "sglang").mkdir(parents=True)
+        (tmp_path / name / "sglang" / "m.py").write_text(text)
+    search = _Search(str(tmp_path / "a"), str(tmp_path / "b"), None, None, Explanation("a", "b"), print)
+    units = {u.name: u for u in function_changes("sglang/m.py", a, b)}
+    search.all_units = tuple(units.values())
+    line = "iteration 1: the scheduler raised TypeError: unsupported operand type(s) (at sglang/m.py:2 in budget)"
+    assert search._unit_providers(line, set()) == {units["budget"]}
+    assert search._unit_providers(line, {units["budget"]}) == set()
+    search.candidates = tuple(changed_files(tmp_path / "a", tmp_path / "b"))
+    assert search._providers(line, ()) == {"sglang/m.py"}
