@@ -431,7 +431,8 @@ class _Search:
             if unit.path not in self.unit_text_cache:
                 self.unit_text_cache[unit.path] = unit_texts(_text(self.a, unit.path), _text(self.b, unit.path))
             mine, theirs = self.unit_text_cache[unit.path].get(unit.name, ("", ""))
-            if _brings_or_drops(mine, theirs, names) or _calls(theirs, callees) or _is_where(unit, raised):
+            if (_brings_or_drops(mine, theirs, names) or _calls(theirs, callees) or _is_callee(unit, callees)
+                    or _is_where(unit, raised)):
                 found.add(unit)
         return found
 
@@ -531,8 +532,14 @@ def _is_where(unit: FunctionChange, raised: tuple[str, str] | None) -> bool:
 
 
 def _calls(text: str, callees: set[str]) -> bool:
-    """Whether ``text`` calls (or defines) one of ``callees``."""
-    return any(re.search(rf"\b{name}\(", text) for name in callees)
+    """Whether ``text`` calls (or defines) one of ``callees`` (a class by its ``class`` line)."""
+    return any(re.search(rf"\b{name}\(|\bclass {name}\b", text) for name in callees)
+
+
+def _is_callee(unit: FunctionChange, callees: set[str]) -> bool:
+    """Whether the unit is one of ``callees`` (a function or method, or a class's ``__init__``)."""
+    parts = unit.name.split(".")
+    return parts[-1] in callees or (parts[-1] == "__init__" and len(parts) > 1 and parts[-2] in callees)
 
 
 def _label(change: FileChange | FunctionChange) -> str:

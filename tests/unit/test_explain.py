@@ -520,3 +520,23 @@ def test_a_hybrid_that_raised_in_a_function_it_took_from_a_learns_b_s_version_of
     assert search._unit_providers(line, {units["budget"]}) == set()
     search.candidates = tuple(changed_files(tmp_path / "a", tmp_path / "b"))
     assert search._providers(line, ()) == {"sglang/m.py"}
+
+
+def test_a_class_whose_init_lost_a_parameter_is_learnt_by_its_definition(tmp_path):
+    """0.5.18 dropped ``server_args`` from ``SchedulerInvariantChecker``: B's caller meets A's class,
+    ``SchedulerInvariantChecker.__init__() missing 1 required keyword-only argument: 'server_args'``;
+    B's class file (``class Checker:``, no call of it) and its ``__init__`` are what the hybrid lacks."""
+    from kvparity.run.explain import Explanation, _Search
+
+    a = "class Checker:\n    def __init__(self, *, server_args):\n        self.args = server_args\n"
+    b = "class Checker:\n    def __init__(self):\n        self.args = None\n"
+    for name, text in (("a", a), ("b", b)):
+        (tmp_path / name / "sglang").mkdir(parents=True)
+        (tmp_path / name / "sglang" / "checker.py").write_text(text)
+    search = _Search(str(tmp_path / "a"), str(tmp_path / "b"), None, None, Explanation("a", "b"), print)
+    search.candidates = tuple(changed_files(tmp_path / "a", tmp_path / "b"))
+    units = {u.name: u for u in function_changes("sglang/checker.py", a, b)}
+    search.all_units = tuple(units.values())
+    line = "TypeError: Checker.__init__() missing 1 required keyword-only argument: 'server_args'"
+    assert search._providers(line, ()) == {"sglang/checker.py"}
+    assert search._unit_providers(line, set()) == {units["Checker.__init__"]}
