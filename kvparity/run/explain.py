@@ -509,11 +509,13 @@ def _missing_names(line: str) -> set[str]:
 
 def _misfit_callees(line: str) -> set[str]:
     """The functions an error says were called with arguments that do not fit (``f() missing 1
-    required positional argument``, ``takes 2 positional arguments but 3 were given``, kvparity's
+    required positional argument``, ``takes 2 positional arguments but 3 were given``, ``got an
+    unexpected keyword argument`` (where A's text may use the keyword elsewhere), kvparity's
     adapter check ``release_req takes [...], the entry says [...]``): one side's
     caller meets the other side's signature, so B's callers (or B's definition) of it are what the
     hybrid lacks. A class's ``__init__`` is named by its class."""
-    found = re.findall(r"([\w.]+)(?:\(\) (?:missing \d+ required|takes \d+ positional)| takes \[)", line)
+    found = re.findall(r"([\w.]+)(?:\(\) (?:missing \d+ required|takes \d+ positional|got an unexpected keyword)"
+                       r"| takes \[)", line)
     return {name.removesuffix(".__init__").rsplit(".", 1)[-1] for name in found}
 
 

@@ -483,6 +483,7 @@ def test_the_names_an_error_says_a_hybrid_misses_include_parameters_an_adapter_c
     # itself is named too, so B's definition (and callers) of it are learnt.
     assert _misfit_callees("ScheduleBatch.release_req takes ['idx'], the entry says ['idx', 'offload_kv']") == {
         "release_req"}
+    assert _misfit_callees("TypeError: RadixKey.__init__() got an unexpected keyword argument 'cache_salt'") == {"RadixKey"}
 
 
 def test_a_hybrid_the_probe_finds_still_holding_a_module_b_removed_learns_that_removal(tmp_path):
