@@ -94,7 +94,9 @@ def test_a_folder_whose_sglang_does_not_import_exits_2_at_once(source, tmp_path,
     from checkout_cases import _checkout, _edit
 
     copy = _checkout(RELEASE, tmp_path)
-    _edit(copy / "sglang/srt/mem_cache/allocator.py", "import ", "raise ImportError('broken on purpose')\nimport ")
+    # Raised on import, the file still parses (the probe reads it as a syntax tree, and finds what it looks for).
+    _edit(copy / "sglang/srt/mem_cache/allocator.py", "from __future__ import annotations\n",
+          "from __future__ import annotations\nraise ImportError('broken on purpose')\n")
     assert main(["check", "--sglang", str(copy), "--against", RELEASE, "--backend", "torch", "--examples", "10"]) == 2
     err = capsys.readouterr().err
     assert "broken on purpose" in err and "Traceback" not in err
