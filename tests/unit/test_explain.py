@@ -503,23 +503,29 @@ def test_a_hybrid_the_probe_finds_still_holding_a_module_b_removed_learns_that_r
     assert search._providers(line.replace("is present", "is missing"), ()) == set()
 
 
+def _search_over_one_module(tmp_path, path, a, b):
+    """A search of B's changes to one module (``a`` -> ``b``), and the module's changed units by name."""
+    from kvparity.run.explain import Explanation, _Search
+
+    for name, text in (("a", a), ("b", b)):
+        (tmp_path / name / path).parent.mkdir(parents=True)
+        (tmp_path / name / path).write_text(text)
+    search = _Search(str(tmp_path / "a"), str(tmp_path / "b"), None, None, Explanation("a", "b"), print)
+    search.candidates = tuple(changed_files(tmp_path / "a", tmp_path / "b"))
+    units = {u.name: u for u in function_changes(path, a, b)}
+    search.all_units = tuple(units.values())
+    return search, units
+
+
 def test_a_hybrid_that_raised_in_a_function_it_took_from_a_learns_b_s_version_of_it(tmp_path):
     """``unsupported operand type(s) for -=: 'NoneType' and 'int'`` names nothing; where the
     scheduler stopped does: A's ``budget`` met B's data, so B's ``budget`` (not ``other``) is taken."""
-    from kvparity.run.explain import Explanation, _Search
-
-    a = "def budget(n):\n    return n\n\n\ndef other():\n    return 0\n"
-    b = "def budget(n):\n    return n - 1\n\n\ndef other():\n    return 1\n"
-    for name, text in (("a", a), ("b", b)):
-        (tmp_path / name / "sglang").mkdir(parents=True)
-        (tmp_path / name / "sglang" / "m.py").write_text(text)
-    search = _Search(str(tmp_path / "a"), str(tmp_path / "b"), None, None, Explanation("a", "b"), print)
-    units = {u.name: u for u in function_changes("sglang/m.py", a, b)}
-    search.all_units = tuple(units.values())
+    search, units = _search_over_one_module(tmp_path, "sglang/m.py",
+                                            "def budget(n):\n    return n\n\n\ndef other():\n    return 0\n",
+                                            "def budget(n):\n    return n - 1\n\n\ndef other():\n    return 1\n")
     line = "iteration 1: the scheduler raised TypeError: unsupported operand type(s) (at sglang/m.py:2 in budget)"
     assert search._unit_providers(line, set()) == {units["budget"]}
     assert search._unit_providers(line, {units["budget"]}) == set()
-    search.candidates = tuple(changed_files(tmp_path / "a", tmp_path / "b"))
     assert search._providers(line, ()) == {"sglang/m.py"}
 
 
@@ -527,17 +533,9 @@ def test_a_class_whose_init_lost_a_parameter_is_learnt_by_its_definition(tmp_pat
     """0.5.18 dropped ``server_args`` from ``SchedulerInvariantChecker``: B's caller meets A's class,
     ``SchedulerInvariantChecker.__init__() missing 1 required keyword-only argument: 'server_args'``;
     B's class file (``class Checker:``, no call of it) and its ``__init__`` are what the hybrid lacks."""
-    from kvparity.run.explain import Explanation, _Search
-
-    a = "class Checker:\n    def __init__(self, *, server_args):\n        self.args = server_args\n"
-    b = "class Checker:\n    def __init__(self):\n        self.args = None\n"
-    for name, text in (("a", a), ("b", b)):
-        (tmp_path / name / "sglang").mkdir(parents=True)
-        (tmp_path / name / "sglang" / "checker.py").write_text(text)
-    search = _Search(str(tmp_path / "a"), str(tmp_path / "b"), None, None, Explanation("a", "b"), print)
-    search.candidates = tuple(changed_files(tmp_path / "a", tmp_path / "b"))
-    units = {u.name: u for u in function_changes("sglang/checker.py", a, b)}
-    search.all_units = tuple(units.values())
+    search, units = _search_over_one_module(
+        tmp_path, "sglang/checker.py", "class Checker:\n    def __init__(self, *, server_args):\n        self.args = server_args\n",
+        "class Checker:\n    def __init__(self):\n        self.args = None\n")
     line = "TypeError: Checker.__init__() missing 1 required keyword-only argument: 'server_args'"
     assert search._providers(line, ()) == {"sglang/checker.py"}
     assert search._unit_providers(line, set()) == {units["Checker.__init__"]}
