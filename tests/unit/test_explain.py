@@ -376,31 +376,24 @@ def test_every_hybrid_has_the_files_b_added_that_are_not_python(tmp_path):
     assert found.status == CULPRIT and [f.name for f in found.functions] == ["changed"], found.lines()
 
 
-@pytest.mark.parametrize(("b_start", "culprit"), [
-    ("        self.budget = 5\n        self.logged = 0\n", ["Adder.start"]),
-    ("        self.budget = 5\n        self.logged = 0\n        self.log(0, 1)\n", ["Adder.log", "Adder.start"]),
-], ids=["the companion alone carries it", "the companion cannot run without it"])
-def test_a_culprit_the_hybrids_took_as_a_companion_is_named_not_the_change_that_needed_it(tmp_path, b_start,
-                                                                                          culprit):
-    """B's ``log`` counts into a field only B's ``start`` sets, and ``start`` also halves the budget
-    (the difference). The hybrid of ``log`` alone misses the field and learns ``start`` as a
-    companion. Where ``start`` alone carries the difference it is the culprit, not ``log``; where it
-    also calls ``log`` as only B's can be called, neither runs without the other: both are named."""
+# A's adder for the companion tests: ``add(1)`` leaves 9 of a budget of 10.
+ADDER = ("class Adder:\n    def log(self, n):\n        return n\n\n"
+         "    def start(self):\n        self.budget = 10\n\n"
+         "    def add(self, n):\n        self.start()\n        self.log(n)\n        return self.budget - n\n")
+
+
+def _explain_adder(tmp_path, b):
+    """``explain`` of ``ADDER`` -> ``b`` (one module), replayed by running ``add(1)``: a difference is
+    the budget left, an error the hybrid's. Both runs called ``Adder.log`` and ``Adder.start``."""
     import json
     import os
     from pathlib import Path
 
     from kvparity.engine.real.worker import LOADED_ENV
     from kvparity.run.drive import Played
-    from kvparity.run.explain import CULPRIT, explain
+    from kvparity.run.explain import explain
 
-    a = ("class Adder:\n    def log(self, n):\n        return n\n\n"
-         "    def start(self):\n        self.budget = 10\n\n"
-         "    def add(self, n):\n        self.start()\n        self.log(n)\n        return self.budget - n\n")
-    b = a.replace("    def log(self, n):\n        return n\n",
-                  "    def log(self, n, stamp=0):\n        self.logged += n\n        return n\n").replace(
-        "        self.budget = 10\n", b_start)
-    for name, text in (("a", a), ("b", b)):
+    for name, text in (("a", ADDER), ("b", b)):
         (tmp_path / name / "sglang").mkdir(parents=True)
         (tmp_path / name / "sglang" / "m.py").write_text(text)
 
@@ -413,7 +406,7 @@ def test_a_culprit_the_hybrids_took_as_a_companion_is_named_not_the_change_that_
             exec((Path(folder) / "sglang" / "m.py").read_text(), space)
             try:
                 left = space["Adder"]().add(1)
-            except (AttributeError, TypeError) as exc:
+            except (AttributeError, TypeError, NameError) as exc:
                 return Played(None, False, "raised", f"raised {type(exc).__name__}: {exc}")
             return Played(None, left == 9, None if left == 9 else "x", "" if left == 9 else f"budget left {left}")
 
@@ -423,7 +416,25 @@ def test_a_culprit_the_hybrids_took_as_a_companion_is_named_not_the_change_that_
         def broken(self, played):
             return played.line if played.line.startswith("raised") else None
 
-    found = explain(str(tmp_path / "a"), str(tmp_path / "b"), Replayer())
+    return explain(str(tmp_path / "a"), str(tmp_path / "b"), Replayer())
+
+
+@pytest.mark.parametrize(("b_start", "culprit"), [
+    ("        self.budget = 5\n        self.logged = 0\n", ["Adder.start"]),
+    ("        self.budget = 5\n        self.logged = 0\n        self.log(0, 1)\n", ["Adder.log", "Adder.start"]),
+], ids=["the companion alone carries it", "the companion cannot run without it"])
+def test_a_culprit_the_hybrids_took_as_a_companion_is_named_not_the_change_that_needed_it(tmp_path, b_start,
+                                                                                          culprit):
+    """B's ``log`` counts into a field only B's ``start`` sets, and ``start`` also halves the budget
+    (the difference). The hybrid of ``log`` alone misses the field and learns ``start`` as a
+    companion. Where ``start`` alone carries the difference it is the culprit, not ``log``; where it
+    also calls ``log`` as only B's can be called, neither runs without the other: both are named."""
+    from kvparity.run.explain import CULPRIT
+
+    b = ADDER.replace("    def log(self, n):\n        return n\n",
+                      "    def log(self, n, stamp=0):\n        self.logged += n\n        return n\n").replace(
+        "        self.budget = 10\n", b_start)
+    found = _explain_adder(tmp_path, b)
     assert found.status == CULPRIT and [f.name for f in found.functions] == culprit, found.lines()
 
 
@@ -539,3 +550,47 @@ def test_a_class_whose_init_lost_a_parameter_is_learnt_by_its_definition(tmp_pat
     line = "TypeError: Checker.__init__() missing 1 required keyword-only argument: 'server_args'"
     assert search._providers(line, ()) == {"sglang/checker.py"}
     assert search._unit_providers(line, set()) == {units["Checker.__init__"]}
+
+
+def test_a_companion_learnt_from_an_import_error_stays_in_every_hybrid_of_the_companion_search(tmp_path):
+    """B's ``start`` needs B's module-level ``STEP`` (a NameError without it) and carries the
+    difference; B's ``log`` needs ``start`` (it sets ``logged``). The function search keeps ``log``,
+    with ``<module>`` and ``start`` as companions; A with the companions alone differs, so they are
+    searched. ``<module>`` was learnt from an import error and A with it alone agrees with A: it stays
+    in every hybrid, and the search names ``start`` alone (without that rule, every hybrid with
+    ``start`` but no ``STEP`` fails to run, and the answer is ``<module>`` and ``start``)."""
+    from kvparity.run.explain import CULPRIT
+
+    b = "STEP = 3\n\n\n" + ADDER.replace(
+        "    def log(self, n):\n        return n\n", "    def log(self, n, stamp=0):\n        self.logged += n\n        return n\n"
+    ).replace("        self.budget = 10\n", "        self.budget = 5 * STEP // 3\n        self.logged = 0\n")
+    found = _explain_adder(tmp_path, b)
+    assert found.status == CULPRIT and [f.name for f in found.functions] == ["Adder.start"], found.lines()
+    assert found.companions == ("sglang/m.py: <module>",)
+
+
+@pytest.mark.parametrize(("b_module", "kept"), [("LIMIT = 10\nSTEP = 3\n", True), ("LIMIT = 5\nSTEP = 3\n", False)],
+                         ids=["it only adds a name", "it carries the difference"])
+def test_a_companion_learnt_from_an_import_error_is_kept_only_where_alone_it_changes_nothing(tmp_path, b_module, kept):
+    from pathlib import Path
+
+    from kvparity.run.drive import Played
+    from kvparity.run.explain import MODULE_REST, _kept_for_imports
+
+    search, units = _search_over_one_module(tmp_path, "sglang/m.py", "LIMIT = 10\n", b_module)
+
+    class Replayer:
+        def play(self, folder):
+            space: dict = {}
+            exec((Path(folder) / "sglang" / "m.py").read_text(), space)
+            return Played(None, space["LIMIT"] == 10, None if space["LIMIT"] == 10 else "x", f"limit {space['LIMIT']}")
+
+        def same(self, played, first):
+            return played.line == first.line
+
+        def broken(self, played):
+            return None
+
+    search.replayer, search.first = Replayer(), Played(None, False, "x", "limit 5")
+    module = {units[MODULE_REST]}
+    assert _kept_for_imports(module, search) == (module if kept else set())
