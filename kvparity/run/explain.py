@@ -22,7 +22,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, NamedTuple, Protocol
 
 from kvparity.engine.real import RealSGLangError
 from kvparity.engine.real.hybrid import (
@@ -214,12 +214,7 @@ def _kept_for_imports(imported: set[FileChange | FunctionChange],
     -> 0.5.20: 29 of 60 on one missing name)."""
     if not imported:
         return set()
-    every = search.unit_companions
-    search.unit_companions = set(imported)
-    try:
-        alone = search.functions(())
-    finally:
-        search.unit_companions = every
+    alone, _ = search._test(search.overrides_for(tuple(imported)), sorted(map(_label, imported)))
     return imported if alone == PASS else set()
 
 
@@ -330,21 +325,17 @@ class _Search:
         """The candidate files outside ``group`` whose B text brings a name the error says is
         missing, or drops it (``_brings_or_drops``)."""
         inside = {c.path for c in group}
-        names, callees = _missing_names(line), _misfit_callees(line)
-        modules = {m.replace(".", "/") for m in re.findall(r"No module named '([\w.]+)'", line)}
-        found = {path for m in modules for path in (module_path(m, self.b),) if path}
-        raised = _raised_in(line)
-        if raised is not None:  # A's version of the file raised: B's is what it lacks
-            found.add(raised[0])
-        # The probe found a module B removed still there (the hybrid sits between two generations):
-        # B's removal of it is what the hybrid lacks.
-        gone = {m.replace(".", "/") for m in re.findall(r"where ([\w.]+) is present", line)}
+        lacks = _lacks(line)
+        found = {path for m in lacks.modules for path in (module_path(m, self.b),) if path}
+        if lacks.raised is not None:  # A's version of the file raised: B's is what it lacks
+            found.add(lacks.raised[0])
         found |= {c.path for c in self.candidates
-                  if c.kind == "removed" and c.path.removesuffix(".py").removesuffix("/__init__") in gone}
+                  if c.kind == "removed" and c.path.removesuffix(".py").removesuffix("/__init__") in lacks.removed}
         for c in self.candidates:
             if c.path in inside or not c.path.endswith(".py") or c.kind == "removed":
                 continue
-            if _brings_or_drops(_text(self.a, c.path), _text(self.b, c.path), names) or _calls(_text(self.b, c.path), callees):
+            theirs = _text(self.b, c.path)
+            if _brings_or_drops(_text(self.a, c.path), theirs, lacks.names) or _calls(theirs, lacks.callees):
                 found.add(c.path)
         return {p for p in found if p in {c.path for c in self.candidates}} - inside
 
@@ -446,7 +437,7 @@ class _Search:
 
     def _unit_providers(self, line: str, taken: set[FileChange | FunctionChange]) -> set[FileChange | FunctionChange]:
         """The units outside ``taken`` whose B text brings or drops a name the error says is missing."""
-        names, callees, raised = _missing_names(line), _misfit_callees(line), _raised_in(line)
+        lacks = _lacks(line)
         found: set[FileChange | FunctionChange] = set()
         for unit in self.all_units:  # a companion may be a function no run called (one only named)
             if unit in taken or not isinstance(unit, FunctionChange):
@@ -454,8 +445,8 @@ class _Search:
             if unit.path not in self.unit_text_cache:
                 self.unit_text_cache[unit.path] = unit_texts(_text(self.a, unit.path), _text(self.b, unit.path))
             mine, theirs = self.unit_text_cache[unit.path].get(unit.name, ("", ""))
-            if (_brings_or_drops(mine, theirs, names) or _calls(theirs, callees) or _is_callee(unit, callees)
-                    or _is_where(unit, raised)):
+            if (_brings_or_drops(mine, theirs, lacks.names) or _calls(theirs, lacks.callees)
+                    or _is_callee(unit, lacks.callees) or _is_where(unit, lacks.raised)):
                 found.add(unit)
         return found
 
@@ -516,11 +507,29 @@ def _brings_or_drops(mine: str, theirs: str, names: set[str]) -> bool:
     return any(has(theirs, n) != has(mine, n) for n in names)
 
 
+class _Lacks(NamedTuple):
+    """What a hybrid's error says it lacked, read once for both searches' repairs."""
+
+    names: set[str]  # names B's text brings or drops (``_missing_names``)
+    callees: set[str]  # functions called with arguments that do not fit (``_misfit_callees``)
+    modules: set[str]  # modules not found, as paths without suffix
+    removed: set[str]  # modules B removed that the probe found still there (between two generations)
+    raised: tuple[str, str] | None  # the file and function a scheduler raised in (``_raised_in``)
+
+
+def _lacks(line: str) -> _Lacks:
+    def paths(pattern: str) -> set[str]:
+        return {m.replace(".", "/") for m in re.findall(pattern, line)}
+
+    return _Lacks(_missing_names(line), _misfit_callees(line), paths(r"No module named '([\w.]+)'"),
+                  paths(r"where ([\w.]+) is present"), _raised_in(line))
+
+
 def _missing_names(line: str) -> set[str]:
     """The names an error says are missing: an attribute, an imported name, a keyword, a name, an
-    abstract method a class lacks, a name the probe found missing or present; and the parameters one side of a signature has and the other
-    lacks, where kvparity's adapter check compares them (``release_req takes ['idx'], the entry
-    says ['idx', 'offload_kv']``)."""
+    abstract method a class lacks, a name the probe found missing or present; and the parameters
+    one side of a signature has and the other lacks, where kvparity's adapter check compares them
+    (``release_req takes ['idx'], the entry says ['idx', 'offload_kv']``)."""
     names = set(re.findall(r"(?:attribute|import name|keyword argument|name) '(\w+)'", line))
     names |= {n.rsplit(".", 1)[-1] for n in re.findall(r"where [\w.]+:([\w.]+) is (?:missing|present)", line)}  # the probe
     for methods in re.findall(r"with abstract methods? ([\w, ]+)", line):  # a class B's base requires them of
