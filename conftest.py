@@ -31,6 +31,9 @@ def _made(prefix: str) -> str:
     return path
 
 
+# explain keeps the hybrids it played (a stopped search resumes): never the user's, in a test.
+os.environ["KVPARITY_EXPLAIN_CACHE"] = _made("kvparity-explain-")
+
 if "KVPARITY_TRITON_CACHE_BASE" not in os.environ:
     os.environ["KVPARITY_TRITON_CACHE_BASE"] = os.environ.get("TRITON_CACHE_DIR") or _made("kvparity-triton-")
 _base = os.environ["KVPARITY_TRITON_CACHE_BASE"]

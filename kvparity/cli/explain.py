@@ -36,6 +36,9 @@ def add(commands: argparse._SubParsersAction, parser_class: type) -> None:
     sub.add_argument("--tree-class", choices=("unified", "radix"), default=None)
     sub.add_argument("--matrix", metavar="FILE", help="explain every differing pair of a kvparity matrix --json")
     sub.add_argument("--json", metavar="PATH", help="write the explanation(s) as JSON")
+    sub.add_argument("--fresh", action="store_true",
+                     help="play every hybrid again (by default a hybrid an earlier run of the same search "
+                          "played, on the same scenario with the same kvparity, is read back: a stopped run resumes)")
     sub.add_argument("--markdown", metavar="PATH", help="with --matrix: write the explanations as Markdown")
     sub.set_defaults(func=run)
 
@@ -54,7 +57,7 @@ def run(args: argparse.Namespace) -> int:
     except (OSError, ValueError, TypeError, KeyError) as exc:
         print(f"kvparity explain: --replay {args.replay}: no scenario can be read from it ({exc!r})", file=sys.stderr)
         return USAGE_ERROR
-    found = _explain_one(args.against, args.sglang, scenario, drive, args.backend, args.tree_class)
+    found = _explain_one(args.against, args.sglang, scenario, drive, args.backend, args.tree_class, args.fresh)
     if isinstance(found, str):
         print(f"kvparity explain: {found}", file=sys.stderr)
         return USAGE_ERROR
@@ -77,11 +80,13 @@ def _usage_problem(args: argparse.Namespace) -> str | None:
     return output_path_problem("--json", args.json) or output_path_problem("--markdown", args.markdown)
 
 
-def _explain_one(a_spec: str, b_spec: str, scenario: Any, drive: str, backend: str, tree_class: str | None) -> Any:
+def _explain_one(a_spec: str, b_spec: str, scenario: Any, drive: str, backend: str, tree_class: str | None,
+                 fresh: bool = False) -> Any:
     """The explanation, or why it cannot be sought (a sentence)."""
     from kvparity.engine.real import RealSGLangError
     from kvparity.engine.real.install import resolve
     from kvparity.run.explain import NO_DIFFERENCE, explain
+    from kvparity.run.hybrid_outcomes import HybridOutcomes
 
     try:
         a, b = resolve(a_spec), resolve(b_spec)
@@ -90,8 +95,11 @@ def _explain_one(a_spec: str, b_spec: str, scenario: Any, drive: str, backend: s
     replayer = (_SchedulerReplayer(a, scenario) if drive == "scheduler"
                 else _HarnessReplayer(a, scenario, backend, tree_class))
     replayer.b_entry = b.entry.version
+    outcomes = HybridOutcomes(None) if fresh else HybridOutcomes.for_search(
+        str(a.path), str(b.path), drive, backend, str(tree_class), repr(scenario))
     try:
-        found = explain(a.path, b.path, replayer, say=lambda line: print(line, file=sys.stderr, flush=True))
+        found = explain(a.path, b.path, replayer, say=lambda line: print(line, file=sys.stderr, flush=True),
+                        outcomes=outcomes)
     except RealSGLangError as exc:
         return f"{b_spec} against {a_spec} cannot be replayed: {exc}"
     finally:
@@ -231,7 +239,7 @@ def _explain_matrix(args: argparse.Namespace) -> int:
               f"{', ' + pair['backend'] if pair.get('backend') else ''})", flush=True)
         scenario, drive = scenario_and_drive(pair["scenario"])
         found = _explain_one(pair["reference_release"], pair["other_release"], scenario, drive,
-                             pair.get("backend") or "torch", None)
+                             pair.get("backend") or "torch", None, args.fresh)
         if isinstance(found, str):
             print(f"  no culprit: {found}")
             pair = pair | {"explanation": {"status": "unexplained", "why": found}}

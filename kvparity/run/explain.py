@@ -42,6 +42,7 @@ from kvparity.engine.real.hybrid import (
 from kvparity.engine.real.worker import LOADED_ENV
 from kvparity.run.ddmin import FAIL, PASS, UNRESOLVED, ddmin
 from kvparity.run.drive import Played
+from kvparity.run.hybrid_outcomes import HybridOutcomes
 
 # Where a difference on the KV path usually comes from: tried first, alone (with what it needs to
 # import), and searched alone when it carries the difference. Most of what two releases change (models,
@@ -86,13 +87,15 @@ class Explanation:
     loaded_files: int = 0  # of those, the ones either run loaded (what the search starts from)
     hybrids: int = 0  # hybrids played
     unresolved: int = 0  # of those, the ones that could not be played
+    reused: int = 0  # of those, the ones an earlier run of the same search had played (read back)
     seconds: float = 0.0
     attempts: list[dict[str, Any]] = field(default_factory=list)
 
     def lines(self) -> list[str]:
         head = [f"explain: {self.checked} against {self.reference}: {self.difference or 'no difference'}",
                 f"  {self.changed_files} files differ, {self.loaded_files} of them loaded by the replay; "
-                f"{self.hybrids} hybrids played ({self.unresolved} unresolved) in {self.seconds:.0f} s"]
+                f"{self.hybrids} hybrids played ({self.unresolved} unresolved"
+                f"{f', {self.reused} read back from an earlier run' if self.reused else ''}) in {self.seconds:.0f} s"]
         if self.status != CULPRIT:
             return head + [f"  no culprit: {self.why}"]
         found = [f"  culprit: {len(self.files)} file(s), {len(self.functions)} function(s)"]
@@ -112,16 +115,18 @@ class Explanation:
                 "companions": list(self.companions),
                 "functions": [{"path": c.path, "name": _name(c), "kind": c.kind} for c in self.functions],
                 "diff": self.diff, "changed_files": self.changed_files, "loaded_files": self.loaded_files,
-                "hybrids": self.hybrids, "unresolved": self.unresolved, "seconds": round(self.seconds, 1)}
+                "hybrids": self.hybrids, "unresolved": self.unresolved, "reused": self.reused, "seconds": round(self.seconds, 1)}
 
 
 def _name(change: FileChange | FunctionChange) -> str:
     return change.name if isinstance(change, FunctionChange) else "(the whole file)"
 
 
-def explain(a: str, b: str, replayer: Replayer, say: Callable[[str], None] = lambda line: None) -> Explanation:
+def explain(a: str, b: str, replayer: Replayer, say: Callable[[str], None] = lambda line: None,
+            outcomes: HybridOutcomes | None = None) -> Explanation:
     """The smallest set of B's changes (files, then functions) that makes A differ as B does on
-    the replayer's scenario."""
+    the replayer's scenario; a hybrid whose outcome ``outcomes`` holds (an earlier run of the same
+    search) is not played again."""
     started = time.monotonic()
     found = Explanation(reference=a, checked=b)
     first, loaded, called = _baseline(b, replayer)
@@ -130,6 +135,7 @@ def explain(a: str, b: str, replayer: Replayer, say: Callable[[str], None] = lam
         return _timed(found, started)
     found.difference = first.line
     search = _Search(a, b, replayer, first, found, say)
+    search.outcomes = outcomes or HybridOutcomes(None)
     search.called = called
     every = changed_files(a, b)
     files = [c for c in every if c.path in loaded]
@@ -305,6 +311,7 @@ class _Search:
         self.module_cache: dict[tuple[str, str], str | None] = {}
         self.provider_cache: dict[str, set[str]] = {}
         self.a_import_cache: dict[str, set[str]] = {}
+        self.outcomes = HybridOutcomes(None)
 
     def files(self, chosen: tuple[FileChange, ...]) -> str:
         """B's ``chosen`` files on A, with the other changed files a hybrid needs (``needed``). A
@@ -461,24 +468,30 @@ class _Search:
                         for path, names in by_file.items()}
 
     def _test(self, overrides: dict[str, str | bytes | None], names: list[str], carried: int = 0) -> tuple[str, str]:
-        folder = tempfile.mkdtemp(prefix="kvparity-hybrid-")
         self.found.hybrids += 1
-        try:
-            hybrid = build_hybrid(self.a, self.data | overrides, Path(folder) / "sglang-hybrid")
-            played = self.replayer.play(str(hybrid))
-            outcome, line = self._judged(played)
-            self.found.unresolved += outcome == UNRESOLVED
-        except (RealSGLangError, SyntaxError, OSError) as exc:
-            outcome, line = UNRESOLVED, f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
-            self.found.unresolved += 1
-        finally:
-            shutil.rmtree(folder, ignore_errors=True)
+        files = self.data | overrides
+        known = self.outcomes.get(files)
+        outcome, line = known if known is not None else self._played(files)
+        self.found.unresolved += outcome == UNRESOLVED
+        self.found.reused += known is not None
         shown = ", ".join(names[:4]) + (f" and {len(names) - 4} more" if len(names) > 4 else "") + \
-            (f" (+{carried} it imports)" if carried else "")
+            (f" (+{carried} it imports)" if carried else "") + (" [played before]" if known is not None else "")
         self.say(f"  hybrid {self.found.hybrids}: A + {shown}: {outcome}" + (f" ({line[-160:]})" if outcome == UNRESOLVED else ""))
         self.found.attempts.append({"changes": names, "outcome": outcome, "line": line})
         return outcome, line
 
+    def _played(self, files: dict[str, str | bytes | None]) -> tuple[str, str]:
+        """The hybrid of A with ``files`` of B, built, replayed and judged (and kept in ``outcomes``)."""
+        folder = tempfile.mkdtemp(prefix="kvparity-hybrid-")
+        try:
+            hybrid = build_hybrid(self.a, files, Path(folder) / "sglang-hybrid")
+            outcome, line = self._judged(self.replayer.play(str(hybrid)))
+        except (RealSGLangError, SyntaxError, OSError) as exc:
+            outcome, line = UNRESOLVED, f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
+        finally:
+            shutil.rmtree(folder, ignore_errors=True)
+        self.outcomes.put(files, outcome, line)
+        return outcome, line
 
     def _judged(self, played: Played) -> tuple[str, str]:
         """UNRESOLVED: the hybrid broke where B did not (first: a hybrid that stopped on an error can

@@ -382,9 +382,10 @@ ADDER = ("class Adder:\n    def log(self, n):\n        return n\n\n"
          "    def add(self, n):\n        self.start()\n        self.log(n)\n        return self.budget - n\n")
 
 
-def _explain_adder(tmp_path, b):
+def _explain_adder(tmp_path, b, outcomes=None, played=None):
     """``explain`` of ``ADDER`` -> ``b`` (one module), replayed by running ``add(1)``: a difference is
-    the budget left, an error the hybrid's. Both runs called ``Adder.log`` and ``Adder.start``."""
+    the budget left, an error the hybrid's. Both runs called ``Adder.log`` and ``Adder.start``.
+    ``played`` (a list) gets every folder replayed."""
     import json
     import os
     from pathlib import Path
@@ -394,11 +395,12 @@ def _explain_adder(tmp_path, b):
     from kvparity.run.explain import explain
 
     for name, text in (("a", ADDER), ("b", b)):
-        (tmp_path / name / "sglang").mkdir(parents=True)
+        (tmp_path / name / "sglang").mkdir(parents=True, exist_ok=True)
         (tmp_path / name / "sglang" / "m.py").write_text(text)
 
     class Replayer:
         def play(self, folder):
+            (played if played is not None else []).append(folder)
             if os.environ.get(LOADED_ENV):
                 (Path(os.environ[LOADED_ENV]) / "w.json").write_text(json.dumps(
                     {"files": ["sglang/m.py"], "functions": [["sglang/m.py", f"Adder.{n}"] for n in ("log", "start")]}))
@@ -416,7 +418,35 @@ def _explain_adder(tmp_path, b):
         def broken(self, played):
             return played.line if played.line.startswith("raised") else None
 
-    return explain(str(tmp_path / "a"), str(tmp_path / "b"), Replayer())
+    return explain(str(tmp_path / "a"), str(tmp_path / "b"), Replayer(), outcomes=outcomes)
+
+
+def test_a_search_run_again_reads_back_the_hybrids_it_played_and_gives_the_same_answer(tmp_path):
+    """A search stopped part way resumes: run again with the same kept outcomes, it replays only A
+    against B (to learn what ran) and reads every hybrid back; with nothing kept it plays them all."""
+    from kvparity.run.hybrid_outcomes import HybridOutcomes
+
+    b = ADDER.replace("        self.budget = 10\n", "        self.budget = 5\n")
+    kept = tmp_path / "outcomes.jsonl"
+    first_plays: list = []
+    first = _explain_adder(tmp_path, b, HybridOutcomes(kept), first_plays)
+    again_plays: list = []
+    again = _explain_adder(tmp_path, b, HybridOutcomes(kept), again_plays)
+    assert [f.name for f in again.functions] == [f.name for f in first.functions] == ["Adder.start"]
+    assert (len(first_plays), first.reused) == (first.hybrids + 1, 0)
+    assert (len(again_plays), again.reused, again.hybrids) == (1, first.hybrids, first.hybrids)
+    unkept_plays: list = []
+    _explain_adder(tmp_path, b, HybridOutcomes(None), unkept_plays)
+    assert len(unkept_plays) == first.hybrids + 1
+
+
+def test_a_hybrid_is_named_by_the_files_it_takes_from_b_not_by_their_order():
+    from kvparity.run.hybrid_outcomes import hybrid_name
+
+    one = hybrid_name({"sglang/a.py": "x = 1\n", "sglang/b.py": None, "sglang/k.so": b"\0"})
+    assert one == hybrid_name({"sglang/k.so": b"\0", "sglang/b.py": None, "sglang/a.py": "x = 1\n"})
+    assert one != hybrid_name({"sglang/a.py": "x = 2\n", "sglang/b.py": None, "sglang/k.so": b"\0"})
+    assert one != hybrid_name({"sglang/a.py": "x = 1\n", "sglang/b.py": "", "sglang/k.so": b"\0"})
 
 
 @pytest.mark.parametrize(("b_start", "culprit"), [
