@@ -18,7 +18,7 @@ from typing import Any
 
 from kvparity.engine.canary import ForwardRequest, KVCanary, Launch
 from kvparity.engine.scheduler import StageRecord
-from kvparity.engine.snapshot import RequestView, Snapshot, iteration_snapshot, memory_view
+from kvparity.engine.snapshot import RequestView, Snapshot, full_allocator, iteration_snapshot, memory_view
 from kvparity.model.poison import POISON
 from kvparity.model.traffic_records import Decision
 
@@ -117,7 +117,7 @@ class IterationRecorder:
                 if requests.get(req.rid, RequestState("waiting")).status not in LIVE}
         if not gone:
             return {}
-        allocator = self.world.allocator
+        allocator = full_allocator(self.world.allocator)
         page_size = int(getattr(allocator, "page_size", 1))
         free = set(allocator.free_pages.tolist()) | set(self.world.release_pages().tolist())
         return {rid: tuple(s for s in slots if s // page_size not in free) for rid, slots in gone.items()}

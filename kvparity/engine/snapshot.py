@@ -54,6 +54,28 @@ class RequestView:
 
 
 @dataclass
+class WindowState:
+    """A sliding-window model's window pool after an iteration: each full slot that holds a window
+    slot (SGLang's ``full_to_swa_index_mapping``, 0: none; a tree node whose full slots hold none
+    is tombstoned), the window allocator's free pages, and the tree's window sizes."""
+
+    slots: int  # the window pool's size (page 0 is the padding sink, never handed out)
+    page_size: int
+    mapped: tuple[tuple[int, int], ...]  # (full slot, window slot), by full slot
+    free: tuple[int, ...]  # free window pages: the free list, then those waiting to be sorted in
+    available_size: int
+    evictable_size: int = 0
+    protected_size: int = 0
+
+    def to_plain(self) -> dict[str, Any]:
+        return {**dataclasses.asdict(self), "mapped": [list(pair) for pair in self.mapped], "free": list(self.free)}
+
+    @classmethod
+    def from_plain(cls, data: dict[str, Any]) -> WindowState:
+        return cls(**{**data, "mapped": tuple((int(f), int(w)) for f, w in data["mapped"]), "free": tuple(data["free"])})
+
+
+@dataclass(frozen=True)
 class Snapshot:
     record: StageRecord
     req_to_token: torch.Tensor
@@ -69,6 +91,7 @@ class Snapshot:
     # What the scheduler's admission reckoned with (scheduler-driven only): ``new_token_ratio`` and
     # what the PrefillAdder of this iteration was given, as (name, value) pairs; shown, not compared.
     accounting: tuple[tuple[str, float], ...] = ()
+    window: WindowState | None = None  # a sliding-window model's window pool (None: full attention)
 
     # Derived sets, computed once per snapshot: the oracles read each snapshot twice (as the
     # stage's "after", then as the next stage's "before") and several oracles need the same set.
@@ -212,10 +235,52 @@ def iteration_snapshot(world: Any, radix: bool, record: StageRecord, requests: d
                     requests=requests, accounting=accounting, **_world_state(world, radix))
 
 
+def full_allocator(allocator: Any) -> Any:
+    """The allocator of the full-attention pool: ``allocator`` itself, or a sliding-window model's
+    full part (its window part is snapshotted apart)."""
+    return getattr(allocator, "full_attn_allocator", allocator)
+
+
+def released_pages(allocator: Any) -> torch.Tensor:
+    """An allocator's freed pages waiting for the next sort: ``release_pages`` (None until the
+    first free from 0.5.20), or from 0.5.21 the paged allocator's ``staged_pages`` list, in order."""
+    staged = getattr(allocator, "staged_pages", None)
+    if staged is not None:
+        return torch.cat(staged) if staged else torch.empty((0,), dtype=torch.int64, device=allocator.device)
+    if allocator.release_pages is None:
+        return torch.empty((0,), dtype=torch.int64, device=allocator.device)
+    return allocator.release_pages
+
+
+def window_state(allocator: Any, tree: Any, radix: bool) -> WindowState | None:
+    """The window pool of a sliding-window model's allocator (None for any other allocator)."""
+    window = getattr(allocator, "swa_attn_allocator", None)
+    if window is None or window is getattr(allocator, "full_attn_allocator", None):  # an all-window pool
+        return None
+    mapping = _host_copy(allocator.full_to_swa_index_mapping[:-1])  # the last entry is a -1 sentinel
+    full = torch.nonzero(mapping > 0).flatten()
+    free = torch.cat([_host_copy(window.free_pages), _host_copy(released_pages(window))])
+    return WindowState(
+        slots=int(window.size), page_size=int(getattr(window, "page_size", 1)),
+        mapped=tuple(zip(full.tolist(), mapping[full].tolist())), free=tuple(free.tolist()),
+        available_size=int(window.available_size()),
+        evictable_size=int(tree.swa_evictable_size()) if radix else 0,
+        protected_size=int(tree.swa_protected_size()) if radix else 0)
+
+
+def full_sizes(tree: Any) -> tuple[int, int]:
+    """The tree's evictable and protected sizes in the full pool (a sliding-window tree of its own
+    has only ``full_*`` ones: its plain ones raise, up to 0.5.15)."""
+    evictable = getattr(tree, "full_evictable_size", tree.evictable_size)
+    protected = getattr(tree, "full_protected_size", tree.protected_size)
+    return int(evictable()), int(protected())
+
+
 def _world_state(world: Any, radix: bool) -> dict[str, Any]:
     """The pools', the allocator's and the tree's part of a snapshot."""
-    allocator = world.allocator
+    allocator = full_allocator(world.allocator)
     tree = tuple(tuple(e) for e in world.tree_contents()) if radix else ()
+    evictable, protected = full_sizes(world.tree_cache) if radix else (0, 0)
     return {
         "free_pages": _host_copy(allocator.free_pages),
         "release_pages": _host_copy(world.release_pages()),
@@ -223,8 +288,9 @@ def _world_state(world: Any, radix: bool) -> dict[str, Any]:
         "free_rows": tuple(int(r) for r in world.req_to_token_pool.free_slots),
         "tree": tree,
         "tree_slots": tuple(slot for entry in tree for slot in entry[2]),  # read as a set: the nodes' order
-        "evictable_size": int(world.tree_cache.evictable_size()) if radix else 0,
-        "protected_size": int(world.tree_cache.protected_size()) if radix else 0,
+        "evictable_size": evictable,
+        "protected_size": protected,
+        "window": window_state(world.allocator, world.tree_cache, radix),
     }
 
 
@@ -273,6 +339,7 @@ def snapshot_to_plain(snap: Snapshot) -> dict[str, Any]:
         "evictable_size": snap.evictable_size,
         "protected_size": snap.protected_size,
         "accounting": [list(pair) for pair in snap.accounting],
+        "window": None if snap.window is None else snap.window.to_plain(),
     }
 
 
@@ -302,4 +369,5 @@ def snapshot_from_plain(data: dict[str, Any]) -> Snapshot:
         evictable_size=data["evictable_size"],
         protected_size=data["protected_size"],
         accounting=tuple((str(k), v) for k, v in data["accounting"]),
+        window=None if data.get("window") is None else WindowState.from_plain(data["window"]),
     )

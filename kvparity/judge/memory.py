@@ -11,7 +11,7 @@ from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from kvparity.engine.snapshot import Snapshot
+from kvparity.engine.snapshot import Snapshot, WindowState
 from kvparity.judge.compare import RENUMBERED_BETWEEN_RELEASES, compare, known_between
 from kvparity.judge.oracles import conservation
 from kvparity.judge.renumber import DIVERGENT, renumbering_verdict
@@ -56,6 +56,32 @@ def rows_conserved(snap: Snapshot) -> list[str]:
     return problems
 
 
+def window_conserved(window: WindowState) -> list[str]:
+    """A sliding-window model's window pool: every window slot is mapped from at most one full
+    slot, no mapped slot lies on a free page, no page is free twice, the padding page 0 is never
+    free, and every other page is free or holds a mapped slot (SGLang frees a window page when the
+    last full slot mapping into it lets go)."""
+    problems = []
+    page = window.page_size
+    owners = Counter(w for _, w in window.mapped)
+    twice = sorted(w for w, n in owners.items() if n > 1)
+    if twice:
+        problems.append(f"window slots mapped from two full slots: {twice[:6]}")
+    free = Counter(window.free)
+    if [p for p, n in free.items() if n > 1]:
+        problems.append(f"window pages free twice: {sorted(p for p, n in free.items() if n > 1)[:6]}")
+    if 0 in free:
+        problems.append("the window's padding page 0 is on its free list")
+    on_free = sorted(w for w in owners if w // page in free)
+    if on_free:
+        problems.append(f"mapped window slots on a free page: {on_free[:6]}")
+    held = {w // page for w in owners}
+    lost = sorted(set(range(1, window.slots // page + 1)) - held - set(free))
+    if lost:
+        problems.append(f"window pages neither free nor mapped (leaked): {lost[:6]}")
+    return problems
+
+
 def batch_slots_distinct(geometry: Geometry, snap: Snapshot) -> list[str]:
     """The batch's new slots are distinct real slots. (Whether they were free: within an iteration a
     slot can be freed and handed out again, or handed out and freed by a finish; conservation after
@@ -79,6 +105,8 @@ def iteration_problems(geometry: Geometry, after: Snapshot) -> list[MemoryProble
     found += [("slots conserved", p) for p in conservation(geometry, after)]
     found += [("rows conserved", p) for p in rows_conserved(after)]
     found += [("new slots distinct", p) for p in batch_slots_distinct(geometry, after)]
+    if after.window is not None:
+        found += [("window slots conserved", p) for p in window_conserved(after.window)]
     return [MemoryProblem(record.step, oracle, message) for oracle, message in found]
 
 

@@ -14,9 +14,20 @@ from kvparity.model.scenario import tokens_python
 from kvparity.model.worlds import Geometry
 
 LOOPS = ("normal", "overlap")
+# A sliding-window server's window pool, as a share of its full pool (SGLang's default
+# ``--swa-full-tokens-ratio``).
+SWA_FULL_TOKENS_RATIO = 0.8
 # The context length of a traffic server (the width of its request rows; the shell's default
 # ``max_context_len``): it caps every request's outputs as SGLang's ``max_req_len`` does.
 MAX_CONTEXT_LEN = 4096
+
+
+def window_slots(kv_slots: int, page_size: int, swa_kv_slots: int | None) -> int:
+    """A sliding-window server's window pool: ``swa_kv_slots``, or the server's default share of
+    its full pool in whole pages."""
+    if swa_kv_slots is not None:
+        return swa_kv_slots
+    return int(kv_slots * SWA_FULL_TOKENS_RATIO) // page_size * page_size
 
 
 def table_width(requests: list[tuple[int, int]], page_size: int, max_context_len: int) -> int:
@@ -40,6 +51,19 @@ class ServerConfig:
     radix_cache: bool = True
     schedule_conservativeness: float = 1.0
     loop: str = "normal"
+    # A hybrid sliding-window model (issue 34): its window (tokens a window layer attends to) and its
+    # window pool's slots (None: SGLang's default share of the full pool, ``SWA_FULL_TOKENS_RATIO``).
+    # None: full attention only.
+    sliding_window: int | None = None
+    swa_kv_slots: int | None = None
+    # How many tokens must slide out of a request's window before its window slots are freed
+    # (SGLang's SGLANG_SWA_EVICTION_INTERVAL, 0.5.16+; None: its default, 128).
+    swa_eviction_interval: int | None = None
+
+    @property
+    def window_slots(self) -> int | None:
+        """The window pool's slots (None without a window)."""
+        return None if self.sliding_window is None else window_slots(self.kv_slots, self.page_size, self.swa_kv_slots)
 
     def __post_init__(self) -> None:
         if self.schedule_policy not in POLICIES:
@@ -55,6 +79,22 @@ class ServerConfig:
                              f"pool_rows={self.pool_rows}")
         if self.chunked_prefill_size is not None and self.chunked_prefill_size < 1:
             raise ValueError(f"ServerConfig.chunked_prefill_size={self.chunked_prefill_size}: >= 1, or None for off")
+        self._check_window()
+
+    def _check_window(self) -> None:
+        if self.sliding_window is None:
+            for name in ("swa_kv_slots", "swa_eviction_interval"):
+                if getattr(self, name) is not None:
+                    raise ValueError(f"ServerConfig.{name}={getattr(self, name)}: needs sliding_window")
+            return
+        if self.swa_eviction_interval is not None and self.swa_eviction_interval < 1:
+            raise ValueError(f"ServerConfig.swa_eviction_interval={self.swa_eviction_interval}: must be >= 1")
+        if self.sliding_window < 1:
+            raise ValueError(f"ServerConfig.sliding_window={self.sliding_window}: must be >= 1, or None for none")
+        slots = self.window_slots
+        if slots is None or slots < self.page_size or slots % self.page_size:
+            raise ValueError(f"ServerConfig: the window pool's {slots} slots must be whole pages of "
+                             f"page_size={self.page_size} (at least one)")
 
 
 @dataclass(frozen=True)

@@ -25,8 +25,16 @@ from typing import Any
 import torch
 
 from kvparity.engine.real import RealSGLangError
+from kvparity.engine.real.hybrid_pools import Window, unified_class, window_pools, window_tree
+from kvparity.engine.real.names import lookup as _lookup
+from kvparity.engine.real.names import optional as _optional
 from kvparity.engine.real.versions import VersionEntry
-from kvparity.engine.snapshot import _alias_row  # one rule for which row a view prefix points into
+from kvparity.engine.snapshot import (
+    _alias_row,  # one rule for which row a view prefix points into
+    full_allocator,
+    full_sizes,
+    released_pages,
+)
 from kvparity.mem_cache.errors import Exhausted
 from kvparity.model.worlds import WorldId
 
@@ -36,20 +44,6 @@ CACHE_KINDS = ("radix", "chunk")
 TREE_CLASSES = ("radix", "unified")  # RadixCache (and ChunkCache), or UnifiedRadixCache (0.5.19+)
 VOCAB_SIZE = 32000
 KV_DTYPE = torch.float16
-
-
-def _lookup(qualified: str) -> Any:
-    """``"pkg.module:Name.attr"`` -> the object."""
-    module_name, _, attr_path = qualified.partition(":")
-    obj: Any = importlib.import_module(module_name)
-    for part in attr_path.split("."):
-        obj = getattr(obj, part)
-    return obj
-
-
-def _optional(qualified: str | None) -> Any:
-    """``_lookup(qualified)``, or None when the entry says the version has no such thing."""
-    return None if qualified is None else _lookup(qualified)
 
 
 def call_declared(fn: Callable[..., Any], *args: Any, **offered: Any) -> Any:
@@ -322,14 +316,21 @@ class RealWorld:
     """One real SGLang world: real pools, allocator and cache of one version on one backend."""
 
     def __init__(self, entry: VersionEntry, backend: str, geometry: Any, cache_kind: str, device: str = "cpu", *,
-                 tree_class: str | None = None, tree_core: str | None = None) -> None:
-        # The tree a server of this release builds (UnifiedRadixCache from 0.5.19, on the release's
-        # default core), unless a world asks for RadixCache or another core.
-        self.tree_class = tree_class or ("unified" if entry.unified_radix_cache else "radix")
+                 tree_class: str | None = None, tree_core: str | None = None, sliding_window: int | None = None,
+                 swa_kv_slots: int | None = None, swa_eviction_interval: int | None = None) -> None:
+        # A hybrid sliding-window model (its window and window pool), or full attention (None).
+        self.window = None if sliding_window is None else Window(sliding_window, swa_kv_slots or 0,
+                                                                 swa_eviction_interval)
+        # The tree a server of this release builds (UnifiedRadixCache from 0.5.19, or from 0.5.16 for
+        # a hybrid model, on the release's default core), unless a world asks for another tree or core.
+        unified = entry.unified_radix_cache is not None or (self.window is not None and entry.hybrid_tree == "unified")
+        self.tree_class = tree_class or ("unified" if unified else "radix")
         self.tree_core = tree_core or (entry.tree_cores[0] if entry.tree_cores else None)
-        if self.tree_class not in TREE_CLASSES or (self.tree_class == "unified" and not entry.unified_radix_cache):
+        if self.tree_class not in TREE_CLASSES or (self.tree_class == "unified" and not unified):
             raise RealSGLangError(f"tree_class={self.tree_class!r}: SGLang {entry.version} has "
-                                  f"{('radix', 'unified') if entry.unified_radix_cache else ('radix',)}")
+                                  f"{('radix', 'unified') if unified else ('radix',)}")
+        if self.window is not None and cache_kind == "chunk":
+            raise RealSGLangError("a sliding-window model's chunk cache (radix cache disabled) is not driven yet")
         if tree_core is not None and tree_core not in entry.tree_cores:
             raise RealSGLangError(f"tree_core={tree_core!r}: SGLang {entry.version} has {entry.tree_cores or 'one core'}")
         if backend not in BACKENDS:
@@ -360,6 +361,17 @@ class RealWorld:
         sg = self.sg
         self.req_to_token_pool = sg.ReqToTokenPool(g.pool_rows, g.max_context_len, self.device, enable_memory_saver=False)
         self.req_to_token_pool.req_to_token.fill_(POISON)
+        if self.window is not None:
+            self.kv_pool, self.allocator = window_pools(entry, self.window, g.kv_slots, g.page_size, KV_DTYPE,
+                                                        self.device, g.need_sort)
+        else:
+            self._full_attention_pools()
+        self.observed: dict[str, Any] = {}
+        self._observe_allocator()
+        self.tree_cache = self._make_tree_cache()
+
+    def _full_attention_pools(self) -> None:
+        sg, g = self.sg, self.geometry
         # The smallest real KV pool: the allocators only store it.
         self.kv_pool = sg.MHATokenToKVPool(
             g.kv_slots, g.page_size, KV_DTYPE, head_num=1, head_dim=1, layer_num=1,
@@ -371,9 +383,6 @@ class RealWorld:
             self.allocator = sg.PagedTokenToKVPoolAllocator(
                 g.kv_slots, g.page_size, KV_DTYPE, self.device, self.kv_pool, g.need_sort
             )
-        self.observed: dict[str, Any] = {}
-        self._observe_allocator()
-        self.tree_cache = self._make_tree_cache()
 
     def _make_tree_cache(self) -> Any:
         """The cache SGLang's scheduler builds for this kind: a UnifiedRadixCache from 0.5.19
@@ -381,6 +390,9 @@ class RealWorld:
         chunked prefill on) a ChunkCache; from 0.5.6 they take a CacheInitParams."""
         sg, g = self.sg, self.geometry
         fields = dict(req_to_token_pool=self.req_to_token_pool, token_to_kv_pool_allocator=self.allocator, page_size=g.page_size)
+        if self.window is not None:
+            return window_tree(self.entry, self.window, fields, sg.CacheInitParams, self._unified_radix_cache
+                               if self.tree_class == "unified" else None)
         if self.tree_class == "unified":
             return self._unified_radix_cache(fields)
         cls = sg.RadixCache if self.cache_kind == "radix" else sg.ChunkCache
@@ -393,17 +405,18 @@ class RealWorld:
 
     def _unified_radix_cache(self, fields: dict[str, Any]) -> Any:
         """A UnifiedRadixCache of the FULL component alone (what the scheduler's factory builds for
-        a plain model), on this world's tree core: passed as ``tree_core_backend`` where the
-        parameters take it (0.5.21+), else through the environment variable SGLang reads (0.5.19-0.5.20)."""
+        a plain model; ``fields`` may name others), on this world's tree core: passed as
+        ``tree_core_backend`` where the parameters take it (0.5.21+), else through the environment
+        variable SGLang reads (0.5.19-0.5.20)."""
         sg = self.sg
-        component = importlib.import_module("sglang.srt.mem_cache.unified_cache.component_type").ComponentType
-        params = dict(fields, disable=self.cache_kind == "chunk", tree_components=(component.FULL,))
+        component = _lookup(self.entry.component_types or "")
+        params = dict({"tree_components": (component.FULL,)}, **fields, disable=self.cache_kind == "chunk")
         takes_core = "tree_core_backend" in {f.name for f in dataclasses.fields(sg.CacheInitParams)}
         if takes_core:
             params["tree_core_backend"] = self.tree_core
         elif self.tree_core is not None:
             os.environ["SGLANG_UNIFIED_RADIX_TREE_CORE_BACKEND"] = self.tree_core
-        return sg.UnifiedRadixCache(sg.CacheInitParams(**params))
+        return unified_class(self.entry)(sg.CacheInitParams(**params))
 
     # ------------------------------------------------------------------ kvparity's World interface
 
@@ -416,7 +429,9 @@ class RealWorld:
         return str(self.id)
 
     def activate(self) -> None:
-        """Set SGLang's process-wide server arguments to this world's (as its ModelRunner does)."""
+        """Set SGLang's process-wide server arguments to this world's (as its ModelRunner does),
+        and the environment a hybrid model's server reads."""
+        Window.publish(self.window)
         if self.entry.globals_style == "dict":
             sb = self.sg.schedule_batch
             values = {k: getattr(self.server_args, k) for k in sb.GLOBAL_SERVER_ARGS_KEYS if hasattr(self.server_args, k)}
@@ -569,15 +584,9 @@ class RealWorld:
     # ------------------------------------------------------------------ plain views (for snapshots)
 
     def release_pages(self) -> torch.Tensor:
-        """Freed pages waiting for the next sort: ``release_pages`` (None until the first free from
-        0.5.20), or from 0.5.21 the paged allocator's ``staged_pages`` list, in order."""
-        a = self.allocator
-        staged = getattr(a, "staged_pages", None)
-        if staged is not None:
-            return torch.cat(staged) if staged else torch.empty((0,), dtype=torch.int64, device=a.device)
-        if a.release_pages is None:
-            return torch.empty((0,), dtype=torch.int64, device=a.device)
-        return a.release_pages
+        """Freed pages waiting for the next sort (of the full pool's allocator, for a
+        sliding-window model): see ``released_pages``."""
+        return released_pages(full_allocator(self.allocator))
 
     def tree_contents(self, cache: Any = None) -> list[tuple]:
         """One ``(extra_key, full token path, node slots, lock_ref)`` per node of the real radix
@@ -587,7 +596,7 @@ class RealWorld:
             from kvparity.engine.real.unified_tree import unified_tree_nodes
 
             return unified_tree_nodes(cache) if self.cache_kind == "radix" else []
-        entries = [(extra, path, tuple(int(v) for v in node.value.tolist()), int(node.lock_ref))
+        entries = [(extra, path, tuple(int(v) for v in node.value.tolist()), _lock_ref(node))
                    for node, extra, path in _walk(cache)]
         return sorted(entries, key=lambda e: (e[0] is not None, e[0] or "", e[1], e[2], e[3]))
 
@@ -600,7 +609,7 @@ class RealWorld:
 
     def state(self) -> dict[str, Any]:
         """Everything SPEC section 7 compares, as plain data (the requests are viewed separately)."""
-        a = self.allocator
+        a = full_allocator(self.allocator)
         out: dict[str, Any] = {
             "req_to_token": self.req_to_token_pool.req_to_token.tolist(),
             "free_pages": a.free_pages.tolist(),
@@ -611,8 +620,7 @@ class RealWorld:
             "tree_slots": self.all_tree_slots(),
         }
         if self.cache_kind == "radix":
-            out["evictable_size"] = int(self.tree_cache.evictable_size())
-            out["protected_size"] = int(self.tree_cache.protected_size())
+            out["evictable_size"], out["protected_size"] = full_sizes(self.tree_cache)
         return out
 
     def req_view(self, req: Any) -> dict[str, Any]:
@@ -653,6 +661,11 @@ class _FreeGroup:
 
     def __exit__(self, *exc: Any) -> None:
         self.allocator.free_group_end()
+
+
+def _lock_ref(node: Any) -> int:
+    """A node's lock count in the full pool (a sliding-window tree's node counts its window's apart)."""
+    return int(node.full_lock_ref if hasattr(node, "full_lock_ref") else node.lock_ref)
 
 
 def _walk(cache: Any):

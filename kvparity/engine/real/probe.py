@@ -86,6 +86,12 @@ def _hybrid_cache_facts(entry: VersionEntry) -> list[Fact]:
     for tree, module in ((entry.swa_tree, "sglang.srt.mem_cache.swa_radix_cache"),
                          (entry.mamba_tree, "sglang.srt.mem_cache.mamba_radix_cache")):
         facts.append(Fact(tree) if tree is not None else Fact(module, present=False))
+    if entry.component_types is not None:
+        facts.append(Fact(entry.component_types))
+    # From 0.5.16 the factory builds a sliding-window model's tree as UnifiedRadixCache, not SWARadixCache.
+    if entry.hybrid_tree == "unified":
+        facts.append(Fact("sglang.srt.mem_cache.registry:default_radix_cache_factory",
+                          says="swa_radix_cache import SWARadixCache", present=False))
     return facts
 
 

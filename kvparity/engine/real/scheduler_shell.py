@@ -76,7 +76,7 @@ from kvparity.engine.real.standins import install as install_standins
 from kvparity.engine.real.worker import Context, remote
 from kvparity.engine.traffic_run import TrafficRun
 from kvparity.model.canary import token_from
-from kvparity.model.traffic import LOOPS, table_width
+from kvparity.model.traffic import LOOPS, table_width, window_slots
 from kvparity.model.traffic_records import TABLE_ONLY, WRONG_KV, Decision, InflightFinding, StopError
 
 # Extra stand-ins for the scheduler's import chain (wider than the KV path's), every release; an
@@ -366,7 +366,20 @@ def _knobs(config: dict[str, Any]) -> Knobs:
         max_running_requests=int(config.get("max_running_requests", pool_rows)),
         radix_cache=bool(config.get("radix_cache", True)),
         schedule_conservativeness=float(config.get("schedule_conservativeness", 1.0)),
+        **_window(config),
     )
+
+
+def _window(config: dict[str, Any]) -> dict[str, int | None]:
+    """A hybrid sliding-window model's settings (none for full attention): the window pool sized
+    as ``ServerConfig.window_slots`` says (SGLang's default share where the scenario leaves it)."""
+    if config.get("sliding_window") is None:
+        return {}
+    slots, interval = config.get("swa_kv_slots"), config.get("swa_eviction_interval")
+    return {"sliding_window": int(config["sliding_window"]),
+            "swa_kv_slots": window_slots(int(config["kv_slots"]), int(config.get("page_size", 1)),
+                                         None if slots is None else int(slots)),
+            "swa_eviction_interval": None if interval is None else int(interval)}
 
 
 def _build(ctx: Context, adapter: ShellAdapter, config: dict[str, Any], arrivals: list[list[dict[str, Any]]]) -> Any:

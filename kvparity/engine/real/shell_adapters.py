@@ -40,6 +40,7 @@ from kvparity.engine.real import RealSGLangError
 from kvparity.engine.real.adapter import ModelConfigStandIn, build_real_world, make_server_args
 from kvparity.engine.real.standins import StandIn
 from kvparity.engine.real.versions import VersionEntry, version_key
+from kvparity.engine.snapshot import full_allocator
 
 
 @dataclasses.dataclass(frozen=True)
@@ -57,10 +58,20 @@ class Knobs:
     max_running_requests: int
     radix_cache: bool
     schedule_conservativeness: float
+    sliding_window: int | None = None  # a hybrid sliding-window model: its window (None: full attention)
+    swa_kv_slots: int | None = None  # its window pool's slots (set with sliding_window)
+    swa_eviction_interval: int | None = None  # SGLANG_SWA_EVICTION_INTERVAL (None: SGLang's default)
 
     @property
     def overlap(self) -> bool:
         return self.loop == "overlap"
+
+    def hybrid(self) -> dict[str, Any]:
+        """The world options of a hybrid model (none for full attention)."""
+        if self.sliding_window is None:
+            return {}
+        return {"sliding_window": self.sliding_window, "swa_kv_slots": self.swa_kv_slots,
+                "swa_eviction_interval": self.swa_eviction_interval}
 
     def geometry(self) -> dict[str, Any]:
         return {"pool_rows": self.pool_rows, "max_context_len": self.max_context_len, "kv_slots": self.kv_slots,
@@ -360,7 +371,8 @@ class Shell053:
     # ---- the world and the server arguments
 
     def build_world(self, entry: VersionEntry, knobs: Knobs) -> Any:
-        return build_real_world(entry, "torch", knobs.geometry(), "radix" if knobs.radix_cache else "chunk", "cpu")
+        return build_real_world(entry, "torch", knobs.geometry(), "radix" if knobs.radix_cache else "chunk", "cpu",
+                                **knobs.hybrid())
 
     def server_fields(self, knobs: Knobs) -> dict[str, Any]:
         """The server arguments the traffic run is started with (SGLang's names)."""
@@ -403,7 +415,7 @@ class Shell053:
         sb = _module("sglang.srt.managers.schedule_batch")
         disagg = _module("sglang.srt.disaggregation.utils").DisaggregationMode
         worker = self.model_worker(shell, mod, knobs)
-        max_total = world.allocator.size
+        max_total = full_allocator(world.allocator).size  # a sliding-window model's: its full pool
         return dict(
             server_args=sa, model_config=self.model_config(world, knobs),
             page_size=knobs.page_size,
@@ -418,11 +430,11 @@ class Shell053:
             max_queued_requests=None, enable_lora=False, enable_hierarchical_cache=False, enable_hicache_storage=False,
             disaggregation_mode=disagg.NULL, truncation_align_size=None, enable_overlap=knobs.overlap,
             max_running_requests=knobs.max_running_requests, device="cpu", default_stream=torch.cpu.current_stream(),
-            spec_algorithm=world.spec_algorithm, is_generation=True, is_hybrid=False, pp_size=1,
+            spec_algorithm=world.spec_algorithm, is_generation=True, is_hybrid=world.window is not None, pp_size=1,
             model_worker=worker, tp_worker=worker, forward_ct=0, forward_ct_decode=0, num_generated_tokens=0,
             forward_sleep_time=None, decode_mem_cache_buf_multiplier=1, enable_metrics=False,
             enable_metrics_for_all_schedulers=False, attn_tp_rank=0, return_health_check_ct=0, enable_trace=False,
-            enable_kv_cache_events=False, num_retracted_reqs=0,
+            enable_kv_cache_events=False, num_retracted_reqs=0, **_window_attributes(world),
         )
 
     def policy(self, sa: Any, world: Any) -> dict[str, Any]:
@@ -496,6 +508,15 @@ class Shell053:
 
     def new_token_ratio(self, shell: Any) -> float:
         return float(shell.new_token_ratio)
+
+
+def _window_attributes(world: Any) -> dict[str, Any]:
+    """What ``Scheduler.__init__`` reads of the model's windows from the worker: the window, and
+    each pool's tokens per layer (a full-attention model: no window, the one pool)."""
+    window = world.window
+    return dict(sliding_window_size=None if window is None else window.size,
+                full_tokens_per_layer=full_allocator(world.allocator).size,
+                swa_tokens_per_layer=None if window is None else window.slots)
 
 
 class Shell053Post1(Shell053):
@@ -592,7 +613,7 @@ class Shell056(Shell055Post1):
 
     def attributes(self, shell: Any, mod: Any, world: Any, knobs: Knobs, sa: Any) -> dict[str, Any]:
         return dict(super().attributes(shell, mod, world, knobs, sa), _engine_paused=False, dllm_config=None,
-                    is_hybrid_swa=False)
+                    is_hybrid_swa=world.window is not None)
 
 
 class Shell056Post1(Shell056):
@@ -738,8 +759,8 @@ class Shell0513(Shell0511):
             super().attributes(shell, mod, world, knobs, sa), **groups, **self.parallel_state(), ipc_channels=ipc,
             idle_sleeper=None, mm_receiver=None, disagg_prefill_bootstrap_queue=None,
             disagg_prefill_inflight_queue=None, disagg_decode_prealloc_queue=None, disagg_decode_transfer_queue=None,
-            draft_worker=None, decode_offload_manager=None, hisparse_coordinator=None, sliding_window_size=None,
-            full_tokens_per_layer=world.allocator.size, swa_tokens_per_layer=None, scripted_scheduler_hook=None,
+            draft_worker=None, decode_offload_manager=None, hisparse_coordinator=None,
+            **_window_attributes(world), scripted_scheduler_hook=None,
             recv_skipper=None, input_blocker=None, memory_saver_adapter=memory_saver,
             request_receiver=_Receiver(shell), output_streamer=_OutputSink(shell), load_snapshot_writer=None)
 

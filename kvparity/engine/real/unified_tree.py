@@ -1,6 +1,7 @@
 """Snapshots of a real SGLang ``UnifiedRadixCache`` tree (0.5.19 on), for either TreeCore.
 
-Worker side only (SGLang is imported lazily). Scope: component FULL only, any page size, no
+Worker side only (SGLang is imported lazily). Scope: component FULL (a sliding-window model's
+tree too: its FULL component), any page size, no
 HiCache/storage, no EAGLE bigram keys; anything else raises ``UnifiedTreeUnsupported``.
 
 - ``tree_core_kind(cache)``: "rust" or "python", the core actually built (SGLang falls back to
@@ -46,25 +47,37 @@ class UnifiedTreeUnsupported(RealSGLangError):
     """The cache or its TreeCore lacks what a snapshot needs; the message names what."""
 
 
-def _full() -> Any:
-    from sglang.srt.mem_cache.unified_cache.component_type import ComponentType
+def _types() -> Any:
+    try:
+        from sglang.srt.mem_cache.unified_cache.component_type import ComponentType
+    except ImportError:  # 0.5.16: the tree in the class, its types beside it
+        from sglang.srt.mem_cache.unified_cache_components import ComponentType
+    return ComponentType
 
-    return ComponentType.FULL
+
+def _full() -> Any:
+    return _types().FULL
 
 
 def _core(cache: Any) -> Any:
+    """The tree's core: its ``tree_core``, or (0.5.16, nodes in the class) the cache itself."""
     core = getattr(cache, "tree_core", None)
+    if core is None and hasattr(cache, "root_node") and hasattr(cache.root_node, "component_data"):
+        core = cache
     if core is None:
-        raise UnifiedTreeUnsupported(f"{type(cache).__name__} has no tree_core: not a UnifiedRadixCache (0.5.19+)")
+        raise UnifiedTreeUnsupported(f"{type(cache).__name__} has no tree_core: not a UnifiedRadixCache (0.5.16+)")
     components = tuple(getattr(cache, "tree_components", ()) or ())
-    if components != (_full(),):
-        raise UnifiedTreeUnsupported(f"tree_components={components}: only (ComponentType.FULL,) is supported")
+    # A sliding-window model's tree: its FULL component is dumped (the window's is not yet, issue 34).
+    if components not in ((_full(),), (_full(), _types().SWA)):
+        raise UnifiedTreeUnsupported(f"tree_components={components}: only FULL, or FULL and SWA, are supported")
     return core
 
 
 def tree_core_kind(cache: Any) -> str:
-    """'rust' or 'python': the class of the TreeCore the cache really holds (not what was asked)."""
+    """'rust', 'python' or 'in-class' (0.5.16): the TreeCore the cache really holds (not what was asked)."""
     core = _core(cache)
+    if core is cache:
+        return "in-class"
     # Look the Rust adapter up in sys.modules instead of importing it: importing loads the
     # extension, and a core that was never loaded cannot be a Rust core.
     rust = sys.modules.get(_RUST_ADAPTER)
@@ -85,7 +98,7 @@ def unified_tree_nodes(cache: Any) -> list[NodeEntry]:
     if getattr(cache, "disable", False):
         return []  # a disabled tree holds nothing (and keeps no nodes to walk)
     kind = tree_core_kind(cache)
-    entries = _python_nodes(cache.tree_core) if kind == "python" else _rust_nodes(cache.tree_core)
+    entries = _rust_nodes(cache.tree_core) if kind == "rust" else _python_nodes(_core(cache))
     return sorted(entries, key=lambda e: (e[0] is not None, e[0] or "", e[1], e[2], e[3]))
 
 

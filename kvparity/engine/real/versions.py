@@ -21,6 +21,7 @@ _COMMON = "sglang.srt.mem_cache.common"
 _ALLOCATION = "sglang.srt.mem_cache.allocation"  # the allocation half of common.py, from 0.5.16
 _SERVER_ARGS = "sglang.srt.server_args"
 _SWA_POOL = "sglang.srt.mem_cache.swa_memory_pool"  # the sliding-window pool and allocator, 0.5.8 ..
+_UNIFIED = "sglang.srt.mem_cache.unified_radix_cache:UnifiedRadixCache"  # from 0.5.11
 
 # ``ScheduleBatch.init_new`` and ``ScheduleBatch.release_req``: the same in 0.5.3 .. 0.5.4.
 # ("remaing" is SGLang's spelling.)
@@ -147,6 +148,10 @@ class VersionEntry:
     # deleted in 0.5.21; MambaRadixCache from 0.5.3.post2). None where the release has none.
     swa_tree: str | None = "sglang.srt.mem_cache.swa_radix_cache:SWARadixCache"
     mamba_tree: str | None = None
+    # The tree a hybrid model's server builds: "own" (the trees above) or "unified" (0.5.16+:
+    # UnifiedRadixCache with the model's components, ``_UNIFIED``), and where the component types live.
+    hybrid_tree: str = "own"
+    component_types: str | None = None
 
     @property
     def prefill_only_possible(self) -> bool:
@@ -230,7 +235,7 @@ CHANGES: tuple[tuple[str, dict[str, object]], ...] = (
     )),
     ("0.5.10", dict()),
     ("0.5.10.post1", dict()),
-    ("0.5.11", dict()),
+    ("0.5.11", dict(component_types="sglang.srt.mem_cache.unified_cache_components:ComponentType")),
     ("0.5.12", dict()),
     ("0.5.12.post1", dict()),
     ("0.5.13", dict(
@@ -242,15 +247,16 @@ CHANGES: tuple[tuple[str, dict[str, object]], ...] = (
     ("0.5.15", dict(admission="extend_range")),
     ("0.5.15.post1", dict()),
     ("0.5.16", dict(
+        hybrid_tree="unified",
         write_cache_indices=f"{_ALLOCATION}:write_cache_indices", get_last_loc=f"{_ALLOCATION}:get_last_loc",
         alloc_extend_caller=f"{_ALLOCATION}:alloc_paged_token_slots_extend",
     )),
-    ("0.5.17", dict()),
+    ("0.5.17", dict(component_types="sglang.srt.mem_cache.unified_cache.component_type:ComponentType")),
     ("0.5.18", dict(release_req_params=_RELEASE_REQ + ("offload_kv",))),
     ("0.5.19", dict(
         release_req_params=("idx", "remaing_req_count", "offload_kv"), req_kv_info=True,
         protected_len_field="kv.cache_protected_len",
-        unified_radix_cache="sglang.srt.mem_cache.unified_radix_cache:UnifiedRadixCache", tree_cores=("python",),
+        unified_radix_cache=_UNIFIED, tree_cores=("python",),
     )),
     ("0.5.20", dict()),
     # The Rust core ships, and is the default, from 0.5.21; the hybrid trees of their own are gone.
