@@ -91,6 +91,7 @@ def harness_spec(args: argparse.Namespace, real: Any) -> tuple[Any, int]:
 
 def scheduler_spec(real: Any) -> Any:
     """The scheduler drive's two players, or why this run has none (a sentence)."""
+    from kvparity.model.traffic import CACHES
     from kvparity.run.scheduler_drive import PlayerSpec, SchedulerSpec
 
     if real is None:
@@ -99,10 +100,10 @@ def scheduler_spec(real: Any) -> Any:
     if real.reference is not None:
         reference = real.reference
         return SchedulerSpec(PlayerSpec("real", reference.path if reference.origin == "path" else reference.version),
-                             checked)
+                             checked, caches=CACHES)
     version = real.checked.version
     if version in MODELLED_RELEASES:
-        return SchedulerSpec(PlayerSpec("model", MODELLED_RELEASES[version]), checked)
+        return SchedulerSpec(PlayerSpec("model", MODELLED_RELEASES[version]), checked, caches=CACHES)
     return (f"--sglang {version} alone has no scheduler to be checked against (kvparity models the scheduler of "
             f"{' and '.join(MODELLED_RELEASES)} only): give --against RELEASE")
 

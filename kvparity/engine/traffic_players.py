@@ -21,7 +21,7 @@ from typing import Any, Protocol
 from kvparity.engine.real import WORKER_PLUGINS
 from kvparity.engine.real.changes import Change
 from kvparity.engine.traffic_run import TrafficRun
-from kvparity.model.traffic import TrafficScenario
+from kvparity.model.traffic import CACHES, TrafficScenario
 from kvparity.model.worlds import MODELLED_RELEASES, WorldId
 
 
@@ -29,6 +29,8 @@ class TrafficPlayer(Protocol):
     name: str
     release: str  # the SGLang release it is, or models
     loops: tuple[str, ...]  # the event loops it can play
+    caches: tuple[str, ...]  # the models it can serve (``kvparity.model.traffic.CACHES``)
+    paged_windows: bool  # whether a sliding-window model's pools may take a page size above 1
     world_id: WorldId
 
     def play(self, scenario: TrafficScenario) -> TrafficRun: ...
@@ -44,6 +46,7 @@ class RealTrafficPlayer:
     """A real SGLang's own scheduler, in its own worker process (started on first use)."""
 
     loops: tuple[str, ...] = ("normal", "overlap")
+    caches: tuple[str, ...] = CACHES
 
     def __init__(self, source: Any, worker: Any = None, *, copy_of: str | None = None) -> None:
         """``worker``: a running ``RealWorker`` of ``source`` with the shell's plugin, kept open on
@@ -57,6 +60,7 @@ class RealTrafficPlayer:
         self.release = source.entry_release or source.version  # the adapter entry that drives it
         self.name = f"{source_label(source)} (SGLang's own scheduler)"
         self.world_id = WorldId(source_label(source), "torch", source.entry.family, source.entry.version)
+        self.paged_windows = source.entry.paged_swa
         self.owns_worker = worker is None
         self.worker = RealWorker(source, plugins=WORKER_PLUGINS) if worker is None else worker
 
@@ -89,6 +93,8 @@ class ModelTrafficPlayer:
     kernels' backends are compared by the harness-driven check)."""
 
     loops: tuple[str, ...] = ("normal",)
+    caches: tuple[str, ...] = ("full",)  # kvparity's model serves full attention only (issue 34: real against real)
+    paged_windows = False
 
     def __init__(self, version: str, options: tuple[tuple[str, str], ...] = ()) -> None:
         """``options``: ``play_traffic``'s (a change undone: ``Change.model_undo``)."""
@@ -122,6 +128,7 @@ class CachingPlayer:
     def __init__(self, player: TrafficPlayer) -> None:
         self.player = player
         self.name, self.release, self.loops, self.world_id = player.name, player.release, player.loops, player.world_id
+        self.caches, self.paged_windows = player.caches, player.paged_windows
         self.results: dict[TrafficScenario, TrafficRun] = {}
 
     def play(self, scenario: TrafficScenario) -> TrafficRun:

@@ -126,6 +126,26 @@ class MemoryDifference:
         return f"iteration {self.iteration}: memory differs: {self.what}: {self.detail}"
 
 
+def window_difference(ref: Snapshot, got: Snapshot, exact: bool) -> tuple[str, str] | None:
+    """The first way two runs' window pools differ after an iteration: their sizes and how many
+    full slots hold a window slot (numbers no renumbering changes), and, ``exact`` (the same
+    release), which ones and what is free."""
+    a, b = ref.window, got.window
+    if a is None or b is None:
+        return None if a is b else ("window pool", f"{'none' if b is None else 'one'} against the reference's "
+                                                   f"{'none' if a is None else 'one'}")
+    for attr in ("available_size", "evictable_size", "protected_size"):
+        if getattr(a, attr) != getattr(b, attr):
+            return f"window {attr}", f"{getattr(b, attr)} != {getattr(a, attr)}"
+    if len(a.mapped) != len(b.mapped):
+        return "window slots held", f"{len(b.mapped)} full slots hold one, against the reference's {len(a.mapped)}"
+    if exact and a.mapped != b.mapped:
+        return "window mapping", f"{list(b.mapped)[:8]} != {list(a.mapped)[:8]}"
+    if exact and sorted(a.free) != sorted(b.free):
+        return "window free pages", f"{sorted(b.free)[:8]} != {sorted(a.free)[:8]}"
+    return None
+
+
 def first_memory_difference(ref_id: WorldId, ref: Sequence[Snapshot], world: WorldId, got: Sequence[Snapshot],
                             page_size: int) -> tuple[MemoryDifference | None, set[str]]:
     """Over the iterations both runs have (the caller cuts them where decisions first differ): the
@@ -134,13 +154,17 @@ def first_memory_difference(ref_id: WorldId, ref: Sequence[Snapshot], world: Wor
     one only if no consistent renumbering of rows and pages explains every iteration."""
     known: set[str] = set()
     n = min(len(ref), len(got))
+    same_release = not (ref_id.real and world.real and ref_id.release != world.release)
     for i in range(n):
+        window = window_difference(ref[i], got[i], exact=same_release)
+        if window is not None:
+            return MemoryDifference(ref[i].record.step, *window), known
         diffs = compare(ref_id, ref[i], world, got[i])
         known |= {d.known_defect for d in diffs if d.known_defect}
         bad = [d for d in diffs if not d.known_defect]
         if not bad:
             continue
-        if not (ref_id.real and world.real and ref_id.release != world.release):
+        if same_release:
             return MemoryDifference(ref[i].record.step, bad[0].what, bad[0].detail[:300]), known
         verdict = renumbering_verdict(list(ref[:n]), list(got[:n]), page_size, exact=False,
                                       known=known_between(ref_id, world), per_iteration=True)

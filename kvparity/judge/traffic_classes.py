@@ -14,6 +14,10 @@ from kvparity.model.classes import (
     TRAFFIC_REORDERED,
     TRAFFIC_RETRACTED_HIT,
     TRAFFIC_RETRACTION,
+    TRAFFIC_TOMBSTONE,
+    TRAFFIC_TOMBSTONE_HIT,
+    TRAFFIC_WINDOW_EVICTED,
+    TRAFFIC_WINDOW_RETRACTION,
 )
 from kvparity.model.traffic import TrafficScenario
 from kvparity.model.traffic_records import Decision
@@ -45,7 +49,30 @@ def traffic_classes(scenario: TrafficScenario, result: TrafficRun) -> set[str]:
             if rec.waiting and len(running_after) < scenario.config.max_running_requests:
                 found.add(TRAFFIC_BUDGET_STOP)  # rows were left, a request waited: a token budget stopped it
         finished.update(rec.finished)
-    return found | {name for name, count in rare_counts(result).items() if count}
+    return found | {name for name, count in rare_counts(result).items() if count} | window_classes(result)
+
+
+def window_classes(result: TrafficRun) -> set[str]:
+    """A sliding-window model's shapes the run met (none for full attention): window slots freed
+    under a running request (a slot it holds maps to no window slot), a tombstone (a tree slot that
+    maps to none), a radix hit while the tree held one, a retraction."""
+    found: set[str] = set()
+    tombstoned = False
+    for rec, snap in zip(result.decisions, result.memory):
+        if snap.window is None:
+            return found
+        if rec.mode == "EXTEND" and tombstoned and any(hit > 0 for hit in rec.prefix_lens):
+            found.add(TRAFFIC_TOMBSTONE_HIT)
+        mapped = {full for full, _ in snap.window.mapped}
+        tombstoned = any(slot not in mapped for slot in snap.tree_slots)
+        if tombstoned:
+            found.add(TRAFFIC_TOMBSTONE)
+        if any(view.status in ("running", "chunked") and any(s not in mapped for s in view.held)
+               for view in snap.requests.values()):
+            found.add(TRAFFIC_WINDOW_EVICTED)
+        if rec.retracted:
+            found.add(TRAFFIC_WINDOW_RETRACTION)
+    return found
 
 
 def rare_counts(result: TrafficRun) -> dict[str, int]:

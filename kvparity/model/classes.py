@@ -69,6 +69,12 @@ TRAFFIC_CHUNK_IN_FLIGHT_FREED = "traffic: rows freed while a chunked prefill is 
 TRAFFIC_OVERLAP_RETRACTION = "traffic: retraction in the overlap loop"
 TRAFFIC_RETRACTED_HIT = "traffic: a retracted request readmitted on a radix hit"
 TRAFFIC_RARE = (TRAFFIC_CHUNK_IN_FLIGHT_FREED, TRAFFIC_OVERLAP_RETRACTION, TRAFFIC_RETRACTED_HIT)
+# A sliding-window model's shapes (issue 34), read from the window pool's snapshots.
+TRAFFIC_WINDOW_EVICTED = "traffic: window slots freed under a running request (sliding window)"
+TRAFFIC_TOMBSTONE = "traffic: a tree node whose window slots are freed (tombstone)"
+TRAFFIC_TOMBSTONE_HIT = "traffic: a radix hit while the tree holds tombstones"
+TRAFFIC_WINDOW_RETRACTION = "traffic: retraction of a sliding-window model's request"
+TRAFFIC_WINDOW = (TRAFFIC_WINDOW_EVICTED, TRAFFIC_TOMBSTONE, TRAFFIC_TOMBSTONE_HIT, TRAFFIC_WINDOW_RETRACTION)
 
 
 def _ceil(a: int, b: int) -> int:

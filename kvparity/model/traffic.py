@@ -14,6 +14,8 @@ from kvparity.model.scenario import tokens_python
 from kvparity.model.worlds import Geometry
 
 LOOPS = ("normal", "overlap")
+# The models a server may serve: full attention only, or a hybrid sliding-window model (issue 34).
+CACHES = ("full", "swa")
 # A sliding-window server's window pool, as a share of its full pool (SGLang's default
 # ``--swa-full-tokens-ratio``).
 SWA_FULL_TOKENS_RATIO = 0.8

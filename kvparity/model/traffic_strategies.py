@@ -10,6 +10,7 @@ keeps enough back that it never does)."""
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 from hypothesis import strategies as st
@@ -38,9 +39,29 @@ def server_configs(draw: Any, policies: tuple[str, ...] = POLICIES, pressure: bo
 
 
 @st.composite
-def traffic_scenarios(draw: Any, policies: tuple[str, ...] = POLICIES) -> TrafficScenario:
+def windows(draw: Any, config: ServerConfig, window_pages: tuple[int, ...]) -> ServerConfig:
+    """``config`` as a hybrid sliding-window model's server: a window from below a page to beyond
+    any prompt, window slots freed after a few tokens slid out (mostly; sometimes SGLang's default
+    interval, which these short requests never reach), the window pool SGLang's default share."""
+    page_size = draw(st.sampled_from(window_pages))
+    chunked = config.chunked_prefill_size
+    if chunked is not None:
+        chunked = -(-chunked // page_size) * page_size
+    return dataclasses.replace(
+        config, page_size=page_size, chunked_prefill_size=chunked,
+        sliding_window=draw(st.sampled_from((8, 1, 3, 16, 200))),
+        swa_eviction_interval=draw(st.sampled_from((1, 4, None))))
+
+
+@st.composite
+def traffic_scenarios(draw: Any, policies: tuple[str, ...] = POLICIES, cache: str = "full",
+                      window_pages: tuple[int, ...] = (1, 4)) -> TrafficScenario:
+    """``cache``: the model served (``CACHES``); a sliding-window model's pools take the page sizes
+    ``window_pages``."""
     pressure = draw(st.sampled_from((False, True, False)))
     config = draw(server_configs(policies, pressure))
+    if cache == "swa":
+        config = draw(windows(config, window_pages))
     stems = [tuple(range(100_000 * (k + 1), 100_000 * (k + 1) + _STEM)) for k in range(2)]
     cached = [draw(st.sampled_from(stems))[: draw(st.integers(4, _STEM))] for _ in range(draw(st.integers(1, 3)))]
     arrivals: list[tuple[Arrival, ...]] = [(Arrival(f"c{i}", p, 1),) for i, p in enumerate(cached)]

@@ -39,6 +39,10 @@ from kvparity.run.plan import shards
 from kvparity.run.verdict import Verdict
 
 DEFAULT_TRAFFIC_EXAMPLES = 40  # per schedule policy and event loop
+# The hybrid models' tasks: these policies only (fcfs: arrival order; lpm: the cache-aware ranking,
+# whose prefix matches meet the window's tombstones).
+HYBRID_POLICIES = ("fcfs", "lpm")
+CACHE_NAMES = {"full": "full attention", "swa": "sliding window"}
 # The rare shape Hypothesis steers toward (``hypothesis.target``). Measured on the default check of
 # 0.5.3.post1 against 0.5.3 (320 scenarios, 160 in the overlap loop), unsteered -> steered: rows
 # freed under a chunk in flight 31 -> 87 of 160, retractions in the overlap loop 24 -> 60 of 160,
@@ -79,6 +83,7 @@ class SchedulerSpec:
     checked: PlayerSpec
     policies: tuple[str, ...] = POLICIES
     loops: tuple[str, ...] = LOOPS
+    caches: tuple[str, ...] = ("full",)  # the models served (``CACHES``): those both players can serve are drawn
 
     def build(self) -> SchedulerDrive:
         return SchedulerDrive(self)
@@ -102,17 +107,30 @@ class SchedulerDrive:
         self.reference = self.ref_player.name
         self.checked: tuple[str, ...] = (self.checked_player.name,)
         self.loops = tuple(loop for loop in spec.loops if loop in self.ref_player.loops and loop in self.checked_player.loops)
+        self.caches = tuple(c for c in spec.caches if c in self.ref_player.caches and c in self.checked_player.caches)
+        # A sliding-window model's pools take a page size only where both releases' do (0.5.8+).
+        self.window_pages = (1, 4) if self.ref_player.paged_windows and self.checked_player.paged_windows else (1,)
         self.pool = ThreadPoolExecutor(1)  # the reference plays beside the checked player (real ones are processes)
 
     # ---- drawing ----------------------------------------------------------------------------------
     def tasks(self, examples: int, seed: int | None) -> list[Task]:
-        """One task per loop both players play and per policy, ``examples`` scenarios each."""
-        return [task for i, loop in enumerate(self.loops) for j, policy in enumerate(self.spec.policies)
+        """One task per loop both players play and per policy, ``examples`` scenarios each; for a
+        hybrid model both serve, one per loop and per policy of ``HYBRID_POLICIES`` (its pools
+        change memory, not how the queue is ranked), after those of full attention."""
+        full = [task for i, loop in enumerate(self.loops) for j, policy in enumerate(self.spec.policies)
                 for task in shards(f"{policy}, {loop} loop", (i, j), examples, seed, i * len(POLICIES) + j)]
+        hybrid = [task for c, cache in enumerate(self.caches) if cache != "full"
+                  for i, loop in enumerate(self.loops) for j, policy in enumerate(self.spec.policies)
+                  if policy in HYBRID_POLICIES
+                  for task in shards(f"{policy}, {loop} loop, {CACHE_NAMES[cache]}", (i, j, cache), examples, seed,
+                                     len(LOOPS) * len(POLICIES) * (c + 1) + i * len(POLICIES) + j)]
+        return full + hybrid
 
     def strategy(self, task: Task) -> Any:
         loop, policy = self.loops[task.key[0]], self.spec.policies[task.key[1]]
-        return traffic_scenarios(policies=(policy,)).map(lambda scenario: with_loop(scenario, loop))
+        cache = task.key[2] if len(task.key) > 2 else "full"
+        drawn = traffic_scenarios(policies=(policy,), cache=cache, window_pages=self.window_pages)
+        return drawn.map(lambda scenario: with_loop(scenario, loop))
 
     # ---- playing and judging ----------------------------------------------------------------------
     def runs(self, scenario: TrafficScenario) -> tuple[TrafficRun, TrafficRun]:
@@ -244,17 +262,18 @@ class SchedulerDrive:
     def header(self, verdict: Verdict) -> list[str]:
         """One row per schedule policy and event loop: scenarios, how many differ, of what kind first."""
         lines = [f"scheduler-driven: {self.checked_player.name} against {self.reference} (reference)",
-                 f"{'policy, loop':<24} {'scenarios':>9} {'differ':>7}  verdict"]
+                 f"{'policy, loop':<34} {'scenarios':>9} {'differ':>7}  verdict"]
         for row in verdict.rows:
             kinds = ", ".join(f"{k} {n}" for k, n in row.kinds.most_common())
-            lines.append(f"{row.task:<24} {row.scenarios:>9} {row.differing:>7}  "
+            lines.append(f"{row.task:<34} {row.scenarios:>9} {row.differing:>7}  "
                          f"{'parity' if row.verdict == 'parity' else 'DIVERGENCE'}" + (f" ({kinds})" if kinds else ""))
         return lines
 
     def summary(self, verdict: Verdict) -> str:
         """What differs, by kind (each kind a row's differing scenarios showed first), under which
         policies (and loop, when only one), and the policies under which nothing does."""
-        rows = [(self.spec.policies[r.key[1]], self.loops[r.key[0]], r) for r in verdict.rows]
+        rows = [(self.spec.policies[r.key[1]] + (f" ({CACHE_NAMES[r.key[2]]})" if len(r.key) > 2 else ""),
+                 self.loops[r.key[0]], r) for r in verdict.rows]
         policies = list(dict.fromkeys(p for p, _, _ in rows))
         if verdict.verdict == "parity":
             return "PARITY under " + ", ".join(policies)

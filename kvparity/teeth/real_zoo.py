@@ -111,7 +111,22 @@ REAL_MEMORY_MUTANTS: tuple[RealMutant, ...] = (
                "        self.tree_cache.cache_unfinished_req(req, chunked=True)\n"
                "        self.req_to_token_pool.free_slots.append(req.req_pool_idx)\n", against="0.5.9"),
 )
-ALL_REAL_MUTANTS = REAL_MUTANTS + REAL_MUTANTS_PREFIX_LEN + REAL_INFLIGHT_MUTANTS + REAL_MEMORY_MUTANTS
+# For the window judges (issue 34): copies of 0.5.23 whose sliding-window path goes wrong; each is
+# killed by ``--drive scheduler`` against the release on a sliding-window model.
+REAL_WINDOW_MUTANTS: tuple[RealMutant, ...] = (
+    RealMutant("swa-frontier-one-past",
+               "free_swa_out_of_window_slots frees one slot past the window's frontier (a slot the window still reads)",
+               "0.5.23", f"{_MEM}/common.py",
+               "        evict_threshold = pre_len - ceil_align(\n",
+               "        evict_threshold = pre_len + 1 - ceil_align(\n", against="0.5.23"),
+    RealMutant("swa-free-keeps-mapping",
+               "freeing window pages no longer clears their full slots' mapping: a freed window slot stays named",
+               "0.5.23", f"{_MEM}/allocator/swa.py",
+               "        self.clear_full_to_swa_mapping(mapping_indices)\n        return swa_pages\n",
+               "        return swa_pages\n", against="0.5.23"),
+)
+ALL_REAL_MUTANTS = (REAL_MUTANTS + REAL_MUTANTS_PREFIX_LEN + REAL_INFLIGHT_MUTANTS + REAL_MEMORY_MUTANTS
+                    + REAL_WINDOW_MUTANTS)
 REAL_MUTANTS_BY_NAME = {m.name: m for m in ALL_REAL_MUTANTS}
 
 

@@ -63,7 +63,7 @@ def window_pools(entry: VersionEntry, window: Window, kv_slots: int, page_size: 
     """The KV pool and the allocator of a sliding-window model (full pool ``kv_slots``, window pool
     ``window.slots``)."""
     allocator_cls = lookup(entry.swa_allocator)
-    if page_size > 1 and "page_size" not in inspect.signature(allocator_cls.__init__).parameters:
+    if page_size > 1 and not entry.paged_swa:
         raise RealSGLangError(f"SGLang {entry.version}'s SWATokenToKVPoolAllocator has no page size: its "
                               f"sliding-window pools are page size 1 only (asked for {page_size})")
     kv_pool = called_with(

@@ -83,6 +83,7 @@ def _hybrid_cache_facts(entry: VersionEntry) -> list[Fact]:
     """Where the sliding-window and Mamba caches live, and that the trees of their own are gone
     where the entry says so."""
     facts = [Fact(entry.swa_allocator), Fact(entry.swa_kv_pool)]
+    facts.append(Fact(f"{entry.swa_allocator}.__init__", says="page_size", present=entry.paged_swa))
     for tree, module in ((entry.swa_tree, "sglang.srt.mem_cache.swa_radix_cache"),
                          (entry.mamba_tree, "sglang.srt.mem_cache.mamba_radix_cache")):
         facts.append(Fact(tree) if tree is not None else Fact(module, present=False))

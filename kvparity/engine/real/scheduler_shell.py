@@ -535,9 +535,11 @@ def _stopped(shell: Any, exc: Exception) -> StopError:
 
 
 def _tree_label(world: Any) -> str:
-    """The cache the run used: "radix", "chunk", or "unified/<core>" (the core actually built)."""
+    """The cache the run used: "radix", "chunk", or "unified/<core>" (the core actually built); a
+    sliding-window model's: its tree of its own ("SWARadixCache"), or "unified/<core>, FULL+SWA"."""
     if world.tree_class != "unified":
-        return world.cache_kind
+        return world.cache_kind if world.window is None else type(world.tree_cache).__name__
     from kvparity.engine.real.unified_tree import tree_core_kind
 
-    return f"unified/{tree_core_kind(world.tree_cache)}" + ("" if world.cache_kind == "radix" else " (disabled)")
+    return (f"unified/{tree_core_kind(world.tree_cache)}" + ("" if world.cache_kind == "radix" else " (disabled)")
+            + ("" if world.window is None else ", FULL+SWA"))

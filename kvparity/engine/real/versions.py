@@ -152,6 +152,9 @@ class VersionEntry:
     # UnifiedRadixCache with the model's components, ``_UNIFIED``), and where the component types live.
     hybrid_tree: str = "own"
     component_types: str | None = None
+    # Whether the window pool takes a page size (0.5.8+: SWATokenToKVPoolAllocator(page_size=...));
+    # before, a sliding-window model's pools are page size 1 only.
+    paged_swa: bool = False
 
     @property
     def prefill_only_possible(self) -> bool:
@@ -227,6 +230,7 @@ CHANGES: tuple[tuple[str, dict[str, object]], ...] = (
     ("0.5.8", dict(
         init_new_params=_INIT_NEW + ("dllm_staging_reqs", "dllm_config"),
         swa_allocator=f"{_SWA_POOL}:SWATokenToKVPoolAllocator", swa_kv_pool=f"{_SWA_POOL}:SWAKVPool",
+        paged_swa=True,
     )),
     ("0.5.8.post1", dict()),
     ("0.5.9", dict(

@@ -1,0 +1,139 @@
+"""A hybrid sliding-window model (issue 34): the server's window pool beside its full pool, joined
+by SGLang's slot mapping, and the tree each release builds for it (``SWARadixCache`` up to 0.5.15,
+``UnifiedRadixCache`` with the FULL and SWA components from 0.5.16), driven by SGLang's own
+scheduler and judged by the window oracle."""
+
+from __future__ import annotations
+
+import pytest
+
+from kvparity.engine.snapshot import WindowState
+from kvparity.judge.memory import run_problems, window_conserved
+from kvparity.judge.traffic_classes import traffic_classes
+from kvparity.model.classes import TRAFFIC_TOMBSTONE, TRAFFIC_WINDOW_EVICTED
+from kvparity.model.traffic import Arrival, ServerConfig, TrafficScenario, traffic_geometry
+
+
+def test_a_sliding_window_server_sizes_its_window_pool_as_sglang_does():
+    """SGLang's default window pool is 0.8 of the full pool, in whole pages; a scenario may set it."""
+    assert ServerConfig(kv_slots=256, sliding_window=8).window_slots == 204
+    assert ServerConfig(kv_slots=256, page_size=16, sliding_window=8).window_slots == 192
+    assert ServerConfig(kv_slots=256, sliding_window=8, swa_kv_slots=64).window_slots == 64
+    assert ServerConfig(kv_slots=256).window_slots is None  # full attention: no window pool
+
+
+@pytest.mark.parametrize(("fields", "message"), [
+    (dict(swa_kv_slots=64), "swa_kv_slots=64: needs sliding_window"),
+    (dict(swa_eviction_interval=4), "swa_eviction_interval=4: needs sliding_window"),
+    (dict(sliding_window=0), "sliding_window=0: must be >= 1"),
+    (dict(sliding_window=8, page_size=4, swa_kv_slots=30), "30 slots must be whole pages of page_size=4"),
+])
+def test_a_window_setting_that_cannot_be_served_is_refused_by_name(fields, message):
+    with pytest.raises(ValueError, match=message):
+        ServerConfig(**fields)
+
+
+def _window(mapped, free, slots=8, page_size=1):
+    return WindowState(slots=slots, page_size=page_size, mapped=tuple(mapped), free=tuple(free), available_size=len(free))
+
+
+def test_every_window_slot_is_free_or_mapped_from_one_full_slot():
+    """Eight window slots (0 is the padding sink): full slots 17 and 18 hold window slots 1 and 2."""
+    assert window_conserved(_window([(17, 1), (18, 2)], range(3, 9))) == []
+    assert window_conserved(_window([(17, 1), (18, 1)], range(2, 9))) == ["window slots mapped from two full slots: [1]"]
+    assert window_conserved(_window([(17, 1), (18, 2)], [2, *range(3, 9)])) == [
+        "mapped window slots on a free page: [2]"]
+    assert window_conserved(_window([(17, 1), (18, 2)], range(4, 9))) == [
+        "window pages neither free nor mapped (leaked): [3]"]
+    assert window_conserved(_window([(17, 1)], [0, *range(2, 9)])) == ["the window's padding page 0 is on its free list"]
+    # Page size 4: window slots 4..7 are page 1; one mapped slot keeps its page.
+    assert window_conserved(_window([(33, 5)], [2], slots=8, page_size=4)) == []
+
+
+A = tuple(range(100, 140))
+
+
+def window_scenario(loop: str) -> TrafficScenario:
+    """A window of 8 tokens, freed every 2 that slide out: ``a`` (40 tokens) and ``b`` (20 of them
+    and 3 of its own) decode while ``c`` (36 of them) hits the tree a's prefill left."""
+    config = ServerConfig(pool_rows=4, max_running_requests=4, kv_slots=256, sliding_window=8,
+                          swa_eviction_interval=2, loop=loop)
+    return TrafficScenario(config, ((Arrival("a", A, 24), Arrival("b", A[:20] + (7, 8, 9), 30)), (),
+                                    (Arrival("c", A[:36], 12),)))
+
+
+@pytest.fixture(scope="module")
+def window_workers(scheduler_workers):
+    from kvparity.engine.real import RealSGLangError
+    from kvparity.engine.real.install import resolve
+    from kvparity.engine.real.worker import RealWorker
+
+    started: dict = {}
+
+    def get(release: str):
+        if release in scheduler_workers:
+            return scheduler_workers[release]
+        if release not in started:
+            try:
+                started[release] = RealWorker(resolve(release), plugins=("kvparity.engine.real.scheduler_shell",))
+            except RealSGLangError as exc:
+                pytest.skip(f"cannot get a real sglang {release}: {exc}")
+        return started[release]
+
+    yield get
+    for worker in started.values():
+        worker.close()
+
+
+SLID = {TRAFFIC_WINDOW_EVICTED, TRAFFIC_TOMBSTONE}
+
+
+@pytest.mark.parametrize("loop", ["normal", "overlap"])
+@pytest.mark.parametrize(("release", "tree", "slid"), [
+    ("0.5.3", "SWARadixCache", set()), ("0.5.21", "unified/rust, FULL+SWA", SLID),
+    ("0.5.23", "unified/rust, FULL+SWA", SLID)])
+def test_a_sliding_window_model_is_served_to_the_end_under_each_release_s_own_checks(window_workers, release,
+                                                                                    tree, slid, loop):
+    """Each release's own tree and scheduler serve it: SGLang's own leak checks stay quiet, every
+    request gets its tokens, the window oracle holds after every iteration. Where the release
+    slides the window (0.5.21, 0.5.23: every ``swa_eviction_interval`` tokens), slots are freed
+    under running requests and tree nodes are left without window slots; 0.5.3 frees window slots
+    only when its tree evicts (none here: no memory pressure)."""
+    from kvparity.engine.traffic_run import TrafficRun
+
+    scenario = window_scenario(loop)
+    config, arrivals = scenario.to_plain()
+    run = TrafficRun.from_plain(window_workers(release).call("run_traffic", config=config, arrivals=arrivals))
+    assert run.error is None and run.player["tree"] == tree, (run.error, run.player)
+    assert {rid: len(out) for rid, out in run.outputs.items()} == {"a": 24, "b": 30, "c": 12}
+    assert run_problems(traffic_geometry(scenario), run.memory) == []
+    assert all(snap.window is not None for snap in run.memory)
+    assert traffic_classes(scenario, run) & SLID == slid
+
+
+@pytest.mark.parametrize(("name", "kind", "what"), [
+    ("swa-frontier-one-past", "memory", "window available_size"),
+    ("swa-free-keeps-mapping", "oracle", "window slots conserved"),
+])
+def test_a_window_mutant_of_a_release_is_caught_where_its_window_goes_wrong(window_workers, tmp_path, name, kind,
+                                                                           what):
+    """A copy of 0.5.23 that frees one window slot too many differs from the release in its window
+    pool under the same decisions; one that frees window pages but leaves them mapped breaks the
+    window oracle. The release against itself agrees."""
+    from kvparity.engine.real.install import resolve
+    from kvparity.engine.traffic_players import RealTrafficPlayer
+    from kvparity.judge.admission import judge_traffic
+    from kvparity.teeth.real_zoo import REAL_MUTANTS_BY_NAME, make_mutated_copy
+
+    mutant = REAL_MUTANTS_BY_NAME[name]
+    release = RealTrafficPlayer(resolve(mutant.against), window_workers(mutant.against))
+    broken = RealTrafficPlayer(resolve(str(make_mutated_copy(resolve(mutant.version), mutant, tmp_path / "copy"))))
+    scenario = window_scenario("normal")
+    try:
+        theirs = release.play(scenario)
+        judgement = judge_traffic(scenario, theirs, broken.play(scenario), release.world_id, broken.world_id)
+        assert judge_traffic(scenario, theirs, release.play(scenario), release.world_id, release.world_id).agree
+    finally:
+        broken.close()
+    assert judgement.kind == kind and judgement.decision is None, judgement.line()
+    assert what in judgement.line(), judgement.line()
