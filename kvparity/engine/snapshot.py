@@ -269,11 +269,12 @@ def window_state(allocator: Any, tree: Any, radix: bool) -> WindowState | None:
 
 
 def full_sizes(tree: Any) -> tuple[int, int]:
-    """The tree's evictable and protected sizes in the full pool (a sliding-window tree of its own
-    has only ``full_*`` ones: its plain ones raise, up to 0.5.15)."""
-    evictable = getattr(tree, "full_evictable_size", tree.evictable_size)
-    protected = getattr(tree, "full_protected_size", tree.protected_size)
-    return int(evictable()), int(protected())
+    """The tree's evictable and protected sizes in the full pool (a sliding-window tree of its own,
+    up to 0.5.15, raises on the plain ones: its ``full_*`` ones say it)."""
+    try:
+        return int(tree.evictable_size()), int(tree.protected_size())
+    except NotImplementedError:
+        return int(tree.full_evictable_size()), int(tree.full_protected_size())
 
 
 def _world_state(world: Any, radix: bool) -> dict[str, Any]:

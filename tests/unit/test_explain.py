@@ -331,7 +331,7 @@ def test_a_matrix_run_keeps_pairs_explained_anywhere_and_explains_only_the_other
     monkeypatch.setattr("kvparity.cli.check.scenario_and_drive", lambda s: (s, "scheduler"))
     monkeypatch.setattr(explain, "_explain_one", lambda a, b, *_: explained_now.append((a, b)) or "none here")
 
-    explain._explain_matrix(argparse.Namespace(matrix=str(matrix), json=str(out), markdown=None))
+    explain._explain_matrix(argparse.Namespace(matrix=str(matrix), json=str(out), markdown=None, fresh=False))
     written = json.loads(out.read_text())
     assert explained_now == [("1", "2"), ("3", "4")]
     assert [(e["reference_release"], e["explanation"]["why"]) for e in written["explained"]] == \

@@ -112,7 +112,8 @@ def test_the_verdict_line_says_what_differs_under_which_policy_and_loop():
     from kvparity.run.scheduler_drive import PlayerSpec, SchedulerDrive, SchedulerSpec
     from kvparity.run.verdict import Row, Verdict
 
-    players = tuple(SimpleNamespace(name=name, loops=("normal", "overlap"), world_id=WORLD) for name in ("a", "b"))
+    players = tuple(SimpleNamespace(name=name, loops=("normal", "overlap"), caches=("full",), paged_windows=False,
+                                    world_id=WORLD) for name in ("a", "b"))
     spec = SchedulerSpec(PlayerSpec("model", "legacy"), PlayerSpec("model", "refactored"), ("fcfs", "lpm"),
                          ("normal", "overlap"))
     drive = SchedulerDrive(spec, players=players)  # stand-ins: the drive only judges the hand-built runs here
