@@ -48,6 +48,16 @@ class ForwardRequest:
     known: tuple[int, ...]
 
 
+@dataclass(frozen=True)
+class WindowView:
+    """A sliding-window model's window layer as a forward is launched: its window (a query at
+    position p reads the window layer's KV at positions ``[p - size, p]``) and SGLang's mapping of
+    full slots to window slots (0: none), indexed by full slot."""
+
+    size: int
+    mapping: np.ndarray
+
+
 @dataclass
 class Launch:
     """A launched forward: the requests, what each read, and its writes' undo log (the slots it
@@ -133,18 +143,21 @@ class SlotStore:
 class KVCanary:
     def __init__(self) -> None:
         self.store = SlotStore()
+        self.window_store = SlotStore()  # a sliding-window model's window layer: its KV by window slot
         self.owners: list[str] = []  # who stamped a slot: its owner lane indexes this
         self._owner_ids: dict[str, int] = {}
         self.in_flight: deque[Launch] = deque()
         self._expected: dict[str, _Expected] = {}
 
     # ---- the forward ------------------------------------------------------------------------------
-    def launch(self, iteration: int, requests: list[ForwardRequest], rows: dict[int, np.ndarray]) -> Launch:
+    def launch(self, iteration: int, requests: list[ForwardRequest], rows: dict[int, np.ndarray],
+               window: WindowView | None = None) -> Launch:
         """Batch ``iteration``'s forward, reading the table ``rows`` (row -> its cells, at least
         ``seq_len`` long, as the batch is launched). As a model's forward: each request reads its
         prefix (from which its new positions' hashes chain on), the batch stores its new KV, then
-        every request reads its new positions back through the table. Records each request's last
-        hash (a wrong read anywhere changes it) and every read of wrong KV."""
+        every request reads its new positions back through the table; with a ``window`` layer, its
+        KV goes to the window slots too and each request reads its window through them. Records
+        each request's last hash (a wrong read anywhere changes it) and every read of wrong KV."""
         launch = Launch(iteration, tuple(requests))
         cells = [np.asarray(rows[r.row][: r.seq_len], dtype=np.int64) for r in requests]
         for r in requests:
@@ -159,6 +172,8 @@ class KVCanary:
             self.store.put(slots, values)
         new = self._read(launch, requests, [c[r.start:] for c, r in zip(cells, requests)],
                          [w[:, :3] for w in written], [r.start for r in requests])
+        if window is not None and requests:
+            self._window(launch, requests, cells, slots, values, window)
         wrong = {read.rid: read for read in reversed(launch.violations)}  # each request's first wrong read
         for r, got in zip(requests, new):
             last = int(got[-1, 2]) if len(got) else SEED
@@ -200,6 +215,26 @@ class KVCanary:
                              got[k], expected[i][k - bounds[i]])
         return reads
 
+    def _window(self, launch: Launch, requests: list[ForwardRequest], cells: list[np.ndarray], slots: np.ndarray,
+                values: np.ndarray, window: WindowView) -> None:
+        """The window layer: the batch's new KV is stored in its slots' window slots, and each
+        request reads, through its cells' window slots, every position its new queries see
+        (``[start - size, seq_len)``): a window slot freed (none mapped) or holding another token's
+        KV is a read of wrong KV ("window")."""
+        def peers(full: np.ndarray) -> np.ndarray:
+            inside = (full >= 0) & (full < len(window.mapping))
+            return np.where(inside, window.mapping[np.clip(full, 0, len(window.mapping) - 1)], 0)
+
+        mapped = peers(slots)
+        self.window_store.put(np.where(mapped > 0, mapped, -1), values)
+        for r, c in zip(requests, cells):
+            lo = max(0, r.start - window.size)
+            peer = peers(c[lo : r.seq_len])
+            got = self.window_store.get(np.where(peer > 0, peer, -1))
+            expected = self.expected(r.rid, r.seq_len)[lo:]
+            for k in np.nonzero((got[:, :3] != expected).any(axis=1) | (peer <= 0))[0].tolist():
+                self._report(launch, r, lo + k, int(peer[k]), got[k], expected[k], when="window")
+
     def _stamps(self, req: ForwardRequest, prefix: np.ndarray) -> np.ndarray:
         """What the request's new positions are stamped with, chaining on from the hash its prefix
         read last (the seed for none), with its owner lane: its own canaries when that hash is its
@@ -220,13 +255,13 @@ class KVCanary:
         return written
 
     def _report(self, launch: Launch, req: ForwardRequest, position: int, slot: int, got: np.ndarray,
-                expected: np.ndarray) -> None:
+                expected: np.ndarray, when: str = "launch") -> None:
         if sum(1 for v in launch.violations if v.rid == req.rid) >= 8:
             return
         found = None if (got == UNSTAMPED).all() else _as_canary(got[:3])
         owner = int(got[3])
         launch.violations.append(CanaryRead(req.rid, req.row, position, slot, _as_canary(expected), found,
-                                            self.owners[owner] if owner >= 0 else None, launch.iteration))
+                                            self.owners[owner] if owner >= 0 else None, launch.iteration, when))
 
     def _as_of(self, slot: int, later: list[Launch]) -> np.ndarray:
         """What ``slot`` holds before any of the ``later`` launches wrote it."""

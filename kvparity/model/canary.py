@@ -50,8 +50,9 @@ class CanaryRead:
     """A read of wrong KV: request ``rid``'s forward (the batch formed at ``iteration``, or the
     harness's ``step``) read, at ``position``, the slot ``slot`` (named by row ``row``), which holds
     ``found`` (stamped by ``stamped_by``, or never stamped) where its own token's canary
-    ``expected`` belongs. ``when``: "launch" (the table as the batch was launched) or "in flight"
-    (a cell changed while the batch was in flight, read as a GPU could)."""
+    ``expected`` belongs. ``when``: "launch" (the table as the batch was launched), "in flight"
+    (a cell changed while the batch was in flight, read as a GPU could) or "window" (a sliding-window
+    model's window layer, through the window slot ``slot``; 0: none mapped, the slot was freed)."""
 
     rid: str
     row: int

@@ -108,18 +108,20 @@ def test_a_sliding_window_model_is_served_to_the_end_under_each_release_s_own_ch
     assert {rid: len(out) for rid, out in run.outputs.items()} == {"a": 24, "b": 30, "c": 12}
     assert run_problems(traffic_geometry(scenario), run.memory) == []
     assert all(snap.window is not None for snap in run.memory)
+    assert [read.line() for snap in run.memory for read in snap.record.canary] == []  # the window reads too
     assert traffic_classes(scenario, run) & SLID == slid
 
 
-@pytest.mark.parametrize(("name", "kind", "what"), [
-    ("swa-frontier-one-past", "memory", "window available_size"),
-    ("swa-free-keeps-mapping", "oracle", "window slots conserved"),
+@pytest.mark.parametrize(("name", "kind", "what", "wrong_reads"), [
+    ("swa-frontier-one-past", "memory", "window available_size", True),
+    ("swa-free-keeps-mapping", "oracle", "window slots conserved", False),
 ])
 def test_a_window_mutant_of_a_release_is_caught_where_its_window_goes_wrong(window_workers, tmp_path, name, kind,
-                                                                           what):
+                                                                           what, wrong_reads):
     """A copy of 0.5.23 that frees one window slot too many differs from the release in its window
-    pool under the same decisions; one that frees window pages but leaves them mapped breaks the
-    window oracle. The release against itself agrees."""
+    pool under the same decisions, and its forwards read a freed window slot (the canary's window
+    layer); one that frees window pages but leaves them mapped breaks the window oracle. The release
+    against itself agrees."""
     from kvparity.engine.real.install import resolve
     from kvparity.engine.traffic_players import RealTrafficPlayer
     from kvparity.judge.admission import judge_traffic
@@ -130,10 +132,36 @@ def test_a_window_mutant_of_a_release_is_caught_where_its_window_goes_wrong(wind
     broken = RealTrafficPlayer(resolve(str(make_mutated_copy(resolve(mutant.version), mutant, tmp_path / "copy"))))
     scenario = window_scenario("normal")
     try:
-        theirs = release.play(scenario)
-        judgement = judge_traffic(scenario, theirs, broken.play(scenario), release.world_id, broken.world_id)
+        theirs, ours = release.play(scenario), broken.play(scenario)
+        judgement = judge_traffic(scenario, theirs, ours, release.world_id, broken.world_id)
         assert judge_traffic(scenario, theirs, release.play(scenario), release.world_id, release.world_id).agree
     finally:
         broken.close()
     assert judgement.kind == kind and judgement.decision is None, judgement.line()
     assert what in judgement.line(), judgement.line()
+    reads = [read for snap in ours.memory for read in snap.record.canary]
+    assert bool(reads) == wrong_reads and all(read.when == "window" and read.slot == 0 for read in reads), reads
+
+
+def test_a_window_layer_reads_only_its_window_and_a_freed_slot_inside_it_is_wrong_kv():
+    """Window 2: a decode at position 4 reads the window layer at positions 2, 3 and 4 (a query at
+    p sees ``[p - 2, p]``). Position 1's window slot may be freed; position 3's may not."""
+    import numpy as np
+
+    from kvparity.engine.canary import ForwardRequest, KVCanary, WindowView
+
+    canary = KVCanary()
+    mapping = np.array([0, 11, 12, 13, 14, 15, 0], dtype=np.int64)  # full slot -> window slot
+    row = np.array([1, 2, 3, 4, 5], dtype=np.int64)
+    prompt = (7, 8, 9, 10)
+    canary.launch(0, [ForwardRequest("a", 0, 4, 0, prompt, (1, 2, 3, 4), prompt)], {0: row}, WindowView(2, mapping))
+
+    def decode(freed: list[int]) -> list:
+        window = mapping.copy()
+        window[freed] = 0
+        request = ForwardRequest("a", 0, 5, 4, (99,), (5,), (*prompt, 99))
+        return canary.launch(1, [request], {0: row}, WindowView(2, window)).violations
+
+    assert decode([1]) == []  # position 0 slid out of the window
+    found = decode([1, 4])
+    assert [(read.position, read.slot, read.when) for read in found] == [(3, 0, "window")]
