@@ -22,6 +22,7 @@ from kvparity.engine.real import WORKER_PLUGINS
 from kvparity.engine.real.changes import Change
 from kvparity.engine.traffic_run import TrafficRun
 from kvparity.model.traffic import CACHES, TrafficScenario
+from kvparity.model.traffic_records import StopError
 from kvparity.model.worlds import MODELLED_RELEASES, WorldId
 
 
@@ -65,8 +66,16 @@ class RealTrafficPlayer:
         self.worker = RealWorker(source, plugins=WORKER_PLUGINS) if worker is None else worker
 
     def play(self, scenario: TrafficScenario) -> TrafficRun:
+        """The release's run; one whose worker hung or died (the next call starts a fresh one) is
+        a run that stopped on that error, before its first iteration's record."""
+        from kvparity.engine.real.worker import WorkerDied, WorkerHung
+
         config, arrivals = scenario.to_plain()
-        return TrafficRun.from_plain(self.worker.call("run_traffic", config=config, arrivals=arrivals))
+        try:
+            return TrafficRun.from_plain(self.worker.call("run_traffic", config=config, arrivals=arrivals))
+        except (WorkerHung, WorkerDied) as exc:
+            return TrafficRun(loop=scenario.config.loop, decisions=(), memory=(), outputs={},
+                              error=StopError(0, f"{type(exc).__name__}: {exc}"[:500], None))
 
     def undone(self, change: Change) -> TrafficPlayer | None:
         """This release with ``change`` undone in a copy of its source (only the release that made

@@ -165,3 +165,30 @@ def test_a_window_layer_reads_only_its_window_and_a_freed_slot_inside_it_is_wron
     assert decode([1]) == []  # position 0 slid out of the window
     found = decode([1, 4])
     assert [(read.position, read.slot, read.when) for read in found] == [(3, 0, "window")]
+
+
+def test_a_scheduler_that_admits_nothing_is_stopped_not_spun(window_workers):
+    """0.5.3 admits a sliding-window model's request only if the window pool holds all of it: a
+    20-token prompt and a 16-slot window pool wait forever. The shell stops the run after a few
+    hundred empty passes, as an error the judge compares, not after ten thousand."""
+    from kvparity.engine.real.scheduler_shell import STALL_PASSES
+    from kvparity.engine.traffic_run import TrafficRun
+
+    scenario = TrafficScenario(ServerConfig(kv_slots=256, sliding_window=4, swa_kv_slots=16),
+                               ((Arrival("a", tuple(range(100, 120)), 1),),))
+    config, arrivals = scenario.to_plain()
+    run = TrafficRun.from_plain(window_workers("0.5.3").call("run_traffic", config=config, arrivals=arrivals))
+    assert run.error is not None and "admits nothing" in run.error.message, run.error
+    assert len(run.decisions) <= STALL_PASSES + 2
+
+
+def test_a_worker_s_errors_cross_a_process_whole():
+    """A job process's exception reaches the parent pickled: it must come back as it was raised."""
+    import pickle
+
+    from kvparity.engine.real.worker import RemoteError, WorkerDied, WorkerHung
+
+    for error in (WorkerHung("run_traffic", 120.0), WorkerDied("run_traffic", -11, "tail"),
+                  RemoteError("run_traffic", {"type": "ValueError", "message": "m"})):
+        back = pickle.loads(pickle.dumps(error))
+        assert (type(back), str(back)) == (type(error), str(error))

@@ -91,6 +91,10 @@ SCHEDULER_STANDINS: dict[str, StandIn] = {
 
 _INSTALLED: dict[str, Any] = {}
 MAX_ITERATIONS = 10_000
+# Passes after the last arrival in which requests wait and nothing runs: a scheduler that admits
+# nothing for this long never will (0.5.3's sliding-window admission can refuse a request forever:
+# a run that spun to MAX_ITERATIONS took 100 s).
+STALL_PASSES = 200
 
 
 class ShellCannotDrive(RealSGLangError):
@@ -197,6 +201,7 @@ def _shell_class(mod: Any, adapter: ShellAdapter) -> Any:
         The adapter's hooks (``ShellAdapter.hooks``) name this generation's entry points."""
 
         _kvp_pass_open: bool = False  # a pass of the loop has begun and its record is not complete
+        _kvp_stalled: int = 0  # passes in a row, after the last arrival, in which the scheduler admitted nothing
         _kvp_loop_ran: str | None = None
 
         # ---- which loop SGLang entered (an adapter may enter through SGLang's own dispatch)
@@ -223,9 +228,18 @@ def _shell_class(mod: Any, adapter: ShellAdapter) -> Any:
                 raise _EndOfTraffic
             if i >= MAX_ITERATIONS:
                 raise RuntimeError(f"run_traffic: still busy after {MAX_ITERATIONS} iterations")
+            self._kvp_stalled = self._kvp_stalled + 1 if i >= len(self._kvp_arrivals) and self._kvp_admits_nothing() else 0
+            if self._kvp_stalled > STALL_PASSES:
+                raise RuntimeError(f"run_traffic: the scheduler admits nothing: {STALL_PASSES} passes with "
+                                   f"{len(self.waiting_queue)} requests waiting and none running")
             self._kvp_pass_open = True
             self._kvp_t0 = time.perf_counter()
             return list(self._kvp_arrivals[i]) if i < len(self._kvp_arrivals) else []
+
+        def _kvp_admits_nothing(self) -> bool:
+            """Requests wait, none runs, no batch is in flight or was formed by the last pass."""
+            return bool(self.waiting_queue) and self.chunked_req is None and self.last_batch is None \
+                and self.running_batch.is_empty() and not self._kvp_flights
 
         def process_input_requests(self, recv_reqs: list[Any]) -> None:
             for spec in recv_reqs:
@@ -399,7 +413,7 @@ def _build(ctx: Context, adapter: ShellAdapter, config: dict[str, Any], arrivals
         _kvp_adapter=adapter, _kvp_entry=entry, _kvp_arrivals=arrivals, _kvp_iteration=0, _kvp_records=[],
         _kvp_arrival={}, _kvp_reqs={}, _kvp_done={}, _kvp_finished_now=[], _kvp_t0=time.perf_counter(),
         _kvp_world=world, _kvp_running=None, _kvp_launch=None, _kvp_out_cache_loc=None, _kvp_iter_launch=None,
-        _kvp_iter_out=None, _kvp_adder=(), _kvp_memory=[], _kvp_pass_open=False, _kvp_flights=deque(),
+        _kvp_iter_out=None, _kvp_adder=(), _kvp_memory=[], _kvp_pass_open=False, _kvp_flights=deque(), _kvp_stalled=0,
         _kvp_findings=[], _kvp_fault=fault, _kvp_loop=knobs.loop, _kvp_knobs=knobs,
         _kvp_recorder=IterationRecorder(world, radix=world.cache_kind == "radix", kv_slots=knobs.kv_slots,
                                         page_size=knobs.page_size, width=width),

@@ -62,10 +62,21 @@ SGLANG_MODULES = (
 # --------------------------------------------------------------------------- errors (parent side)
 
 
-class WorkerDied(RealSGLangError):
+class _Pickled(RealSGLangError):
+    """An error rebuilt from its constructor's arguments when unpickled (a job process's exception
+    reaches the parent pickled; the default rebuilds from the message alone)."""
+
+    _args: tuple[Any, ...] = ()
+
+    def __reduce__(self) -> tuple[Any, tuple[Any, ...]]:
+        return type(self), self._args
+
+
+class WorkerDied(_Pickled):
     """The worker process ended during a call (a signal such as SIGSEGV, or an exit)."""
 
     def __init__(self, method: str, returncode: int | None, stderr_tail: str = "", label: str = "worker") -> None:
+        self._args = (method, returncode, stderr_tail, label)  # how it pickles (a job's exception crosses processes)
         self.method = method
         self.returncode = returncode
         self.signal = -returncode if returncode is not None and returncode < 0 else None
@@ -82,20 +93,22 @@ class WorkerDied(RealSGLangError):
         super().__init__(f"the {label} died ({how}) during {method}{quoted}")
 
 
-class WorkerHung(RealSGLangError):
+class WorkerHung(_Pickled):
     """A call did not answer within its timeout; the worker was killed."""
 
     def __init__(self, method: str, timeout: float, label: str = "worker") -> None:
+        self._args = (method, timeout, label)
         self.method = method
         self.timeout = timeout
         super().__init__(f"the {label} hung for more than {timeout:g} s during {method} (killed)")
 
 
-class RemoteError(RealSGLangError):
+class RemoteError(_Pickled):
     """The remote method raised. ``type`` / ``remote_message`` / ``remote_traceback`` are the
     worker's; ``oom`` is the kind of SGLang out-of-memory error (see VersionEntry.oom_messages) or None."""
 
     def __init__(self, method: str, error: dict[str, Any]) -> None:
+        self._args = (method, error)
         self.method = method
         self.type = error.get("type", "?")
         self.remote_message = error.get("message", "")
