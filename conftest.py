@@ -145,6 +145,32 @@ def keep_hypothesis_profile():
     settings.load_profile("_kvparity_restore")
 
 
+@pytest.fixture(scope="module")
+def release_workers(scheduler_workers):
+    """A scheduler-shell worker per release, started when first asked for (0.5.3 and 0.5.3.post1:
+    the session's shared ones); a release that cannot be had skips the test."""
+    from kvparity.engine.real import RealSGLangError
+    from kvparity.engine.real.install import resolve
+    from kvparity.engine.real.worker import RealWorker
+
+    started: dict = {}
+
+    def get(release: str):
+        if release in scheduler_workers:
+            return scheduler_workers[release]
+        if release not in started:
+            try:
+                source = resolve(release)
+            except RealSGLangError as exc:
+                pytest.skip(f"cannot get a real sglang {release}: {exc}")
+            started[release] = RealWorker(source, plugins=("kvparity.engine.real.scheduler_shell",))
+        return started[release]
+
+    yield get
+    for worker in started.values():
+        worker.close()
+
+
 @pytest.fixture(scope="session")
 def scheduler_workers():
     from kvparity.engine.real.install import resolve

@@ -62,29 +62,6 @@ def window_scenario(loop: str) -> TrafficScenario:
                                     (Arrival("c", A[:36], 12),)))
 
 
-@pytest.fixture(scope="module")
-def window_workers(scheduler_workers):
-    from kvparity.engine.real import RealSGLangError
-    from kvparity.engine.real.install import resolve
-    from kvparity.engine.real.worker import RealWorker
-
-    started: dict = {}
-
-    def get(release: str):
-        if release in scheduler_workers:
-            return scheduler_workers[release]
-        if release not in started:
-            try:
-                started[release] = RealWorker(resolve(release), plugins=("kvparity.engine.real.scheduler_shell",))
-            except RealSGLangError as exc:
-                pytest.skip(f"cannot get a real sglang {release}: {exc}")
-        return started[release]
-
-    yield get
-    for worker in started.values():
-        worker.close()
-
-
 SLID = {TRAFFIC_WINDOW_EVICTED, TRAFFIC_TOMBSTONE}
 
 
@@ -92,7 +69,7 @@ SLID = {TRAFFIC_WINDOW_EVICTED, TRAFFIC_TOMBSTONE}
 @pytest.mark.parametrize(("release", "tree", "slid"), [
     ("0.5.3", "SWARadixCache", set()), ("0.5.21", "unified/rust, FULL+SWA", SLID),
     ("0.5.23", "unified/rust, FULL+SWA", SLID)])
-def test_a_sliding_window_model_is_served_to_the_end_under_each_release_s_own_checks(window_workers, release,
+def test_a_sliding_window_model_is_served_to_the_end_under_each_release_s_own_checks(release_workers, release,
                                                                                     tree, slid, loop):
     """Each release's own tree and scheduler serve it: SGLang's own leak checks stay quiet, every
     request gets its tokens, the window oracle holds after every iteration. Where the release
@@ -103,7 +80,7 @@ def test_a_sliding_window_model_is_served_to_the_end_under_each_release_s_own_ch
 
     scenario = window_scenario(loop)
     config, arrivals = scenario.to_plain()
-    run = TrafficRun.from_plain(window_workers(release).call("run_traffic", config=config, arrivals=arrivals))
+    run = TrafficRun.from_plain(release_workers(release).call("run_traffic", config=config, arrivals=arrivals))
     assert run.error is None and run.player["tree"] == tree, (run.error, run.player)
     assert {rid: len(out) for rid, out in run.outputs.items()} == {"a": 24, "b": 30, "c": 12}
     assert run_problems(traffic_geometry(scenario), run.memory) == []
@@ -116,7 +93,7 @@ def test_a_sliding_window_model_is_served_to_the_end_under_each_release_s_own_ch
     ("swa-frontier-one-past", "memory", "window available_size", True),
     ("swa-free-keeps-mapping", "oracle", "window slots conserved", False),
 ])
-def test_a_window_mutant_of_a_release_is_caught_where_its_window_goes_wrong(window_workers, tmp_path, name, kind,
+def test_a_window_mutant_of_a_release_is_caught_where_its_window_goes_wrong(release_workers, tmp_path, name, kind,
                                                                            what, wrong_reads):
     """A copy of 0.5.23 that frees one window slot too many differs from the release in its window
     pool under the same decisions, and its forwards read a freed window slot (the canary's window
@@ -128,7 +105,7 @@ def test_a_window_mutant_of_a_release_is_caught_where_its_window_goes_wrong(wind
     from kvparity.teeth.real_zoo import REAL_MUTANTS_BY_NAME, make_mutated_copy
 
     mutant = REAL_MUTANTS_BY_NAME[name]
-    release = RealTrafficPlayer(resolve(mutant.against), window_workers(mutant.against))
+    release = RealTrafficPlayer(resolve(mutant.against), release_workers(mutant.against))
     broken = RealTrafficPlayer(resolve(str(make_mutated_copy(resolve(mutant.version), mutant, tmp_path / "copy"))))
     scenario = window_scenario("normal")
     try:
@@ -167,7 +144,7 @@ def test_a_window_layer_reads_only_its_window_and_a_freed_slot_inside_it_is_wron
     assert [(read.position, read.slot, read.when) for read in found] == [(3, 0, "window")]
 
 
-def test_a_scheduler_that_admits_nothing_is_stopped_not_spun(window_workers):
+def test_a_scheduler_that_admits_nothing_is_stopped_not_spun(release_workers):
     """0.5.3 admits a sliding-window model's request only if the window pool holds all of it: a
     20-token prompt and a 16-slot window pool wait forever. The shell stops the run after a few
     hundred empty passes, as an error the judge compares, not after ten thousand."""
@@ -177,7 +154,7 @@ def test_a_scheduler_that_admits_nothing_is_stopped_not_spun(window_workers):
     scenario = TrafficScenario(ServerConfig(kv_slots=256, sliding_window=4, swa_kv_slots=16),
                                ((Arrival("a", tuple(range(100, 120)), 1),),))
     config, arrivals = scenario.to_plain()
-    run = TrafficRun.from_plain(window_workers("0.5.3").call("run_traffic", config=config, arrivals=arrivals))
+    run = TrafficRun.from_plain(release_workers("0.5.3").call("run_traffic", config=config, arrivals=arrivals))
     assert run.error is not None and "admits nothing" in run.error.message, run.error
     assert len(run.decisions) <= STALL_PASSES + 2
 

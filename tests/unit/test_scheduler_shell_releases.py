@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import pytest
 
-from kvparity.engine.real import RealSGLangError
 from kvparity.engine.real.adapter import VOCAB_SIZE
 from kvparity.engine.real.shell_adapters import SCHEDULER_GENERATIONS, adapter_for
 from kvparity.engine.real.versions import SUPPORTED
@@ -27,7 +26,6 @@ REPRESENTATIVES = {
     "batch-plan": "0.5.21",
     "prefix-len": "0.5.23",
 }
-SHARED = ("0.5.3", "0.5.3.post1")
 
 A = tuple(range(1000, 1040))
 B = A[:32] + tuple(range(5000, 5024))
@@ -51,30 +49,6 @@ def scenario(loop: str) -> TrafficScenario:
         ServerConfig(schedule_policy="fcfs", pool_rows=4, max_running_requests=4, kv_slots=256, max_prefill_tokens=64,
                      chunked_prefill_size=16, loop=loop),
         ((Arrival("a", A, 1),), (), (), (), (), (Arrival("b", B, 6),)))
-
-
-@pytest.fixture(scope="module")
-def release_workers(scheduler_workers):
-    """One worker per representative release, started when first asked for."""
-    from kvparity.engine.real.install import resolve
-    from kvparity.engine.real.worker import RealWorker
-
-    started: dict = {}
-
-    def get(release: str):
-        if release in SHARED:
-            return scheduler_workers[release]
-        if release not in started:
-            try:
-                source = resolve(release)
-            except RealSGLangError as exc:
-                pytest.skip(f"cannot get a real sglang {release}: {exc}")
-            started[release] = RealWorker(source, plugins=("kvparity.engine.real.scheduler_shell",))
-        return started[release]
-
-    yield get
-    for worker in started.values():
-        worker.close()
 
 
 @pytest.mark.parametrize("loop", ["normal", "overlap"])
