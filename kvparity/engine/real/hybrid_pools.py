@@ -19,7 +19,7 @@ from typing import Any
 
 from kvparity.engine.real import RealSGLangError
 from kvparity.engine.real.names import lookup
-from kvparity.engine.real.versions import _UNIFIED, VersionEntry
+from kvparity.engine.real.versions import UNIFIED_RADIX_CACHE, VersionEntry
 
 FULL_LAYER, WINDOW_LAYER = 1, 0  # the model's layer ids (SGLang's layers_mapping keys)
 
@@ -98,4 +98,4 @@ def window_tree(entry: VersionEntry, window: Window, fields: dict[str, Any], cac
 def unified_class(entry: VersionEntry) -> Any:
     """UnifiedRadixCache of the running SGLang (a hybrid model's tree from 0.5.16, before plain
     models', 0.5.19)."""
-    return lookup(entry.unified_radix_cache or _UNIFIED)
+    return lookup(entry.unified_radix_cache or UNIFIED_RADIX_CACHE)

@@ -21,7 +21,7 @@ _COMMON = "sglang.srt.mem_cache.common"
 _ALLOCATION = "sglang.srt.mem_cache.allocation"  # the allocation half of common.py, from 0.5.16
 _SERVER_ARGS = "sglang.srt.server_args"
 _SWA_POOL = "sglang.srt.mem_cache.swa_memory_pool"  # the sliding-window pool and allocator, 0.5.8 ..
-_UNIFIED = "sglang.srt.mem_cache.unified_radix_cache:UnifiedRadixCache"  # from 0.5.11
+UNIFIED_RADIX_CACHE = "sglang.srt.mem_cache.unified_radix_cache:UnifiedRadixCache"  # from 0.5.11
 
 # ``ScheduleBatch.init_new`` and ``ScheduleBatch.release_req``: the same in 0.5.3 .. 0.5.4.
 # ("remaing" is SGLang's spelling.)
@@ -149,7 +149,7 @@ class VersionEntry:
     swa_tree: str | None = "sglang.srt.mem_cache.swa_radix_cache:SWARadixCache"
     mamba_tree: str | None = None
     # The tree a hybrid model's server builds: "own" (the trees above) or "unified" (0.5.16+:
-    # UnifiedRadixCache with the model's components, ``_UNIFIED``), and where the component types live.
+    # UnifiedRadixCache with the model's components, ``UNIFIED_RADIX_CACHE``), and where the component types live.
     hybrid_tree: str = "own"
     component_types: str | None = None
     # Whether the window pool takes a page size (0.5.8+: SWATokenToKVPoolAllocator(page_size=...));
@@ -260,7 +260,7 @@ CHANGES: tuple[tuple[str, dict[str, object]], ...] = (
     ("0.5.19", dict(
         release_req_params=("idx", "remaing_req_count", "offload_kv"), req_kv_info=True,
         protected_len_field="kv.cache_protected_len",
-        unified_radix_cache=_UNIFIED, tree_cores=("python",),
+        unified_radix_cache=UNIFIED_RADIX_CACHE, tree_cores=("python",),
     )),
     ("0.5.20", dict()),
     # The Rust core ships, and is the default, from 0.5.21; the hybrid trees of their own are gone.
