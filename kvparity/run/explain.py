@@ -134,8 +134,7 @@ def explain(a: str, b: str, replayer: Replayer, say: Callable[[str], None] = lam
         found.why = "A and B agree on this scenario: nothing to explain"
         return _timed(found, started)
     found.difference = first.line
-    search = _Search(a, b, replayer, first, found, say)
-    search.outcomes = outcomes or HybridOutcomes(None)
+    search = _Search(a, b, replayer, first, found, say, outcomes or HybridOutcomes(None))
     search.called = called
     every = changed_files(a, b)
     files = [c for c in every if c.path in loaded]
@@ -290,8 +289,9 @@ class _Search:
     """The tests ddmin runs: a hybrid built, replayed against A and judged."""
 
     def __init__(self, a: str, b: str, replayer: Replayer, first: Played, found: Explanation,
-                 say: Callable[[str], None]) -> None:
+                 say: Callable[[str], None], outcomes: HybridOutcomes | None = None) -> None:
         self.a, self.b, self.replayer, self.first, self.found, self.say = a, b, replayer, first, found, say
+        self.outcomes = outcomes or HybridOutcomes(None)  # hybrids an earlier run of this search played
         self.candidates: tuple[FileChange, ...] = ()  # the files the search chooses from
         self.companions: set[str] = set()  # files learnt to be needed by every hybrid
         self.units: tuple[FileChange | FunctionChange, ...] = ()  # what the function search chooses from
@@ -311,7 +311,6 @@ class _Search:
         self.module_cache: dict[tuple[str, str], str | None] = {}
         self.provider_cache: dict[str, set[str]] = {}
         self.a_import_cache: dict[str, set[str]] = {}
-        self.outcomes = HybridOutcomes(None)
 
     def files(self, chosen: tuple[FileChange, ...]) -> str:
         """B's ``chosen`` files on A, with the other changed files a hybrid needs (``needed``). A

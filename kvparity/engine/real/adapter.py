@@ -25,10 +25,10 @@ from typing import Any
 import torch
 
 from kvparity.engine.real import RealSGLangError
-from kvparity.engine.real.hybrid_pools import Window, unified_class, window_pools, window_tree
+from kvparity.engine.real.hybrid_pools import Window, window_pools, window_tree
 from kvparity.engine.real.names import lookup as _lookup
 from kvparity.engine.real.names import optional as _optional
-from kvparity.engine.real.versions import VersionEntry
+from kvparity.engine.real.versions import UNIFIED_RADIX_CACHE, VersionEntry
 from kvparity.engine.snapshot import (
     _alias_row,  # one rule for which row a view prefix points into
     full_allocator,
@@ -148,7 +148,6 @@ class _Sglang:
         self.EvictParams = _optional(entry.evict_params)
         # From 0.5.6 the caches take one CacheInitParams instead of keyword arguments.
         self.CacheInitParams = _optional(entry.cache_init_params)
-        self.UnifiedRadixCache = _optional(entry.unified_radix_cache)
         self.set_globals: Callable[[Any], None] | None = None
         if entry.globals_style == "server_args":
             self.set_globals = _lookup(entry.globals_target)
@@ -416,7 +415,7 @@ class RealWorld:
             params["tree_core_backend"] = self.tree_core
         elif self.tree_core is not None:
             os.environ["SGLANG_UNIFIED_RADIX_TREE_CORE_BACKEND"] = self.tree_core
-        return unified_class(self.entry)(sg.CacheInitParams(**params))
+        return _lookup(UNIFIED_RADIX_CACHE)(sg.CacheInitParams(**params))  # from 0.5.16 for a hybrid model
 
     # ------------------------------------------------------------------ kvparity's World interface
 

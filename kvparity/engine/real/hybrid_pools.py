@@ -19,7 +19,7 @@ from typing import Any
 
 from kvparity.engine.real import RealSGLangError
 from kvparity.engine.real.names import lookup
-from kvparity.engine.real.versions import UNIFIED_RADIX_CACHE, VersionEntry
+from kvparity.engine.real.versions import VersionEntry
 
 FULL_LAYER, WINDOW_LAYER = 1, 0  # the model's layer ids (SGLang's layers_mapping keys)
 
@@ -94,8 +94,3 @@ def window_tree(entry: VersionEntry, window: Window, fields: dict[str, Any], cac
         return tree(cache_init_params(disable=False, **fields), sliding_window_size=window.size)
     return tree(cache_init_params(disable=False, sliding_window_size=window.size, **fields))
 
-
-def unified_class(entry: VersionEntry) -> Any:
-    """UnifiedRadixCache of the running SGLang (a hybrid model's tree from 0.5.16, before plain
-    models', 0.5.19)."""
-    return lookup(entry.unified_radix_cache or UNIFIED_RADIX_CACHE)

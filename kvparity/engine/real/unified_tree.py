@@ -47,16 +47,15 @@ class UnifiedTreeUnsupported(RealSGLangError):
     """The cache or its TreeCore lacks what a snapshot needs; the message names what."""
 
 
-def _types() -> Any:
-    try:
-        from sglang.srt.mem_cache.unified_cache.component_type import ComponentType
-    except ImportError:  # 0.5.16: the tree in the class, its types beside it
-        from sglang.srt.mem_cache.unified_cache_components import ComponentType
-    return ComponentType
-
-
-def _full() -> Any:
-    return _types().FULL
+def _components(cache: Any) -> tuple[Any, ...]:
+    """The cache's components, FULL first; their enum is the release's ``ComponentType`` (its module
+    moved in 0.5.17)."""
+    components = tuple(getattr(cache, "tree_components", ()) or ())
+    types = type(components[0]) if components else None
+    # A sliding-window model's tree: its FULL component is dumped (the window's is not yet, issue 34).
+    if types is None or components not in ((types.FULL,), (types.FULL, types.SWA)):
+        raise UnifiedTreeUnsupported(f"tree_components={components}: only FULL, or FULL and SWA, are supported")
+    return components
 
 
 def _core(cache: Any) -> Any:
@@ -66,10 +65,7 @@ def _core(cache: Any) -> Any:
         core = cache
     if core is None:
         raise UnifiedTreeUnsupported(f"{type(cache).__name__} has no tree_core: not a UnifiedRadixCache (0.5.16+)")
-    components = tuple(getattr(cache, "tree_components", ()) or ())
-    # A sliding-window model's tree: its FULL component is dumped (the window's is not yet, issue 34).
-    if components not in ((_full(),), (_full(), _types().SWA)):
-        raise UnifiedTreeUnsupported(f"tree_components={components}: only FULL, or FULL and SWA, are supported")
+    _components(cache)
     return core
 
 
@@ -98,15 +94,15 @@ def unified_tree_nodes(cache: Any) -> list[NodeEntry]:
     if getattr(cache, "disable", False):
         return []  # a disabled tree holds nothing (and keeps no nodes to walk)
     kind = tree_core_kind(cache)
-    entries = _rust_nodes(cache.tree_core) if kind == "rust" else _python_nodes(_core(cache))
+    full = _components(cache)[0]
+    entries = _rust_nodes(cache.tree_core, full) if kind == "rust" else _python_nodes(_core(cache), full)
     return sorted(entries, key=lambda e: (e[0] is not None, e[0] or "", e[1], e[2], e[3]))
 
 
 # --------------------------------------------------------------------------- the Python core
 
 
-def _python_nodes(core: Any) -> list[NodeEntry]:
-    full = _full()
+def _python_nodes(core: Any, full: Any) -> list[NodeEntry]:
     out: list[NodeEntry] = []
     stack: list[tuple[Any, tuple[int, ...]]] = [(child, ()) for child in core.root_node.children.values()]
     while stack:
@@ -141,7 +137,7 @@ def _capture_fd1(fn: Callable[[], object]) -> str:
         return tmp.read().decode()
 
 
-def _rust_nodes(core: Any) -> list[NodeEntry]:
+def _rust_nodes(core: Any, full: Any) -> list[NodeEntry]:
     if type(core._binding).__name__ != "RustUnifiedTreeCoreBinding":
         raise UnifiedTreeUnsupported(f"Rust binding {type(core._binding).__name__}: only unigram keys are supported")
     listing: list[tuple[int, int, int]] = []  # (node id, key length, FULL lock_ref), parents first
@@ -156,7 +152,6 @@ def _rust_nodes(core: Any) -> list[NodeEntry]:
         raise UnifiedTreeUnsupported("the Rust core's pretty_print did not start with the root node")
     # The only accessor giving a node's tokens is snapshot_buffer_backup, which needs page hashes.
     core.backfill_missing_hash_values()
-    full = _full()
     paths: dict[int, tuple[int, ...]] = {listing[0][0]: ()}
     out: list[NodeEntry] = []
     held = 0
