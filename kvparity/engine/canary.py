@@ -23,6 +23,7 @@ and the harness drive a forward launches and lands at once.
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -56,6 +57,22 @@ class WindowView:
 
     size: int
     mapping: np.ndarray
+
+
+@dataclass(frozen=True)
+class StateView:
+    """A hybrid linear (Mamba) model's recurrent states as a forward is launched: the state slot
+    each request's row names (``slots``, by request id, as a model reads
+    ``get_mamba_indices(req_pool_indices)``), and the pool read and written as canaries: a state
+    after tokens ``t[0..n)`` is the KV canary of position ``n - 1`` (its chained hash covers the whole
+    prefix); an empty state reads as ``UNSTAMPED`` lanes."""
+
+    slots: dict[str, int]
+    read: Callable[[np.ndarray], np.ndarray]  # slots -> (n, 3) canaries
+    write: Callable[[np.ndarray, np.ndarray], None]  # slots, (n, 3) canaries
+
+
+EMPTY_STATE: tuple[int, int, int] = (UNSTAMPED, UNSTAMPED, UNSTAMPED)  # the state before any token
 
 
 @dataclass
@@ -151,13 +168,15 @@ class KVCanary:
 
     # ---- the forward ------------------------------------------------------------------------------
     def launch(self, iteration: int, requests: list[ForwardRequest], rows: dict[int, np.ndarray],
-               window: WindowView | None = None) -> Launch:
+               window: WindowView | None = None, states: StateView | None = None) -> Launch:
         """Batch ``iteration``'s forward, reading the table ``rows`` (row -> its cells, at least
         ``seq_len`` long, as the batch is launched). As a model's forward: each request reads its
         prefix (from which its new positions' hashes chain on), the batch stores its new KV, then
         every request reads its new positions back through the table; with a ``window`` layer, its
-        KV goes to the window slots too and each request reads its window through them. Records
-        each request's last hash (a wrong read anywhere changes it) and every read of wrong KV."""
+        KV goes to the window slots too and each request reads its window through them; with
+        ``states``, each request's state slot must hold the state after its first ``start`` tokens,
+        and is left holding the state after ``seq_len``. Records each request's last hash (a wrong
+        read anywhere changes it) and every read of wrong KV or state."""
         launch = Launch(iteration, tuple(requests))
         cells = [np.asarray(rows[r.row][: r.seq_len], dtype=np.int64) for r in requests]
         for r in requests:
@@ -174,6 +193,8 @@ class KVCanary:
                          [w[:, :3] for w in written], [r.start for r in requests])
         if window is not None and requests:
             self._window(launch, requests, cells, slots, values, window)
+        if states is not None and requests:
+            self._states(launch, requests, states)
         wrong = {read.rid: read for read in reversed(launch.violations)}  # each request's first wrong read
         for r, got in zip(requests, new):
             last = int(got[-1, 2]) if len(got) else SEED
@@ -234,6 +255,20 @@ class KVCanary:
             expected = self.expected(r.rid, r.seq_len)[lo:]
             for k in np.nonzero((got[:, :3] != expected).any(axis=1) | (peer <= 0))[0].tolist():
                 self._report(launch, r, lo + k, int(peer[k]), got[k], expected[k], when="window")
+
+    def _states(self, launch: Launch, requests: list[ForwardRequest], states: StateView) -> None:
+        """The Mamba layer: each request's state slot holds the state after its prefix (the empty
+        state before any token); a state restored from the wrong node, copied from the wrong slot or
+        not cleared is a read of wrong state ("state"). The forward leaves each slot holding the
+        state after the request's ``seq_len`` tokens."""
+        slots = np.array([states.slots[r.rid] for r in requests], dtype=np.int64)
+        got = states.read(slots)
+        for k, r in enumerate(requests):
+            expected = self.expected(r.rid, r.start)[-1] if r.start else np.array(EMPTY_STATE, dtype=np.int64)
+            if not np.array_equal(got[k], expected):
+                lanes = np.append(got[k], -1)  # a state slot records no writer
+                self._report(launch, r, r.start - 1, int(slots[k]), lanes, expected, when="state")
+        states.write(slots, np.stack([self.expected(r.rid, r.seq_len)[-1] for r in requests]))
 
     def _stamps(self, req: ForwardRequest, prefix: np.ndarray) -> np.ndarray:
         """What the request's new positions are stamped with, chaining on from the hash its prefix

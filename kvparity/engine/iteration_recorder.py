@@ -16,7 +16,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from kvparity.engine.canary import ForwardRequest, KVCanary, Launch, WindowView
+from kvparity.engine.canary import ForwardRequest, KVCanary, Launch, StateView, WindowView
 from kvparity.engine.scheduler import StageRecord
 from kvparity.engine.snapshot import RequestView, Snapshot, full_allocator, iteration_snapshot, memory_view
 from kvparity.model.poison import POISON
@@ -71,7 +71,8 @@ class IterationRecorder:
         """A batch's forward reads the table now (as it is launched) and stamps its new slots."""
         t0 = time.perf_counter()
         table = self.world.req_to_token_pool.req_to_token.numpy(force=True)  # a view on the CPU
-        launch = self.canary.launch(iteration, requests, {r.row: table[r.row] for r in requests}, self._window())
+        launch = self.canary.launch(iteration, requests, {r.row: table[r.row] for r in requests}, self._window(),
+                                    self._states(requests))
         for req in requests:
             self.slotted[req.rid] = req.seq_len
         self.seconds += time.perf_counter() - t0
@@ -83,6 +84,12 @@ class IterationRecorder:
         if window is None:
             return None
         return WindowView(window.size, self.world.allocator.full_to_swa_index_mapping.numpy(force=True))
+
+    def _states(self, requests: list[ForwardRequest]) -> StateView | None:
+        """A Mamba model's state slots as a forward sees them now (None for any other model)."""
+        if getattr(self.world, "mamba", None) is None:
+            return None
+        return self.world.state_view({r.rid: r.row for r in requests})
 
     def land(self, launch: Launch, changed: list[tuple[str, int, int]]) -> list[bool]:
         t0 = time.perf_counter()

@@ -75,6 +75,31 @@ class WindowState:
         return cls(**{**data, "mapped": tuple((int(f), int(w)) for f, w in data["mapped"]), "free": tuple(data["free"])})
 
 
+@dataclass
+class MambaState:
+    """A hybrid linear (Mamba) model's state pool after an iteration: which slot each request row in
+    use names (SGLang's ``req_index_to_mamba_index_mapping``), the slots the tree keeps, the free
+    slots, and the tree's state sizes. Every slot of the pool (``slots``) is exactly one of free,
+    kept by the tree, or named by a row in use."""
+
+    slots: tuple[int, ...]  # the pool's slots (1..size from 0.5.4; 0..size-1 in 0.5.3.post2)
+    rows: tuple[tuple[int, int], ...]  # (row in use, its state slot), by row
+    tree: tuple[int, ...]  # the slots the tree keeps, sorted
+    free: tuple[int, ...]  # the free list, in order
+    available_size: int
+    evictable_size: int = 0
+    protected_size: int = 0
+
+    def to_plain(self) -> dict[str, Any]:
+        return {**dataclasses.asdict(self), "slots": list(self.slots), "rows": [list(pair) for pair in self.rows],
+                "tree": list(self.tree), "free": list(self.free)}
+
+    @classmethod
+    def from_plain(cls, data: dict[str, Any]) -> MambaState:
+        return cls(**{**data, "slots": tuple(data["slots"]), "rows": tuple((int(r), int(s)) for r, s in data["rows"]),
+                      "tree": tuple(data["tree"]), "free": tuple(data["free"])})
+
+
 @dataclass(frozen=True)
 class Snapshot:
     record: StageRecord
@@ -92,6 +117,7 @@ class Snapshot:
     # what the PrefillAdder of this iteration was given, as (name, value) pairs; shown, not compared.
     accounting: tuple[tuple[str, float], ...] = ()
     window: WindowState | None = None  # a sliding-window model's window pool (None: full attention)
+    states: MambaState | None = None  # a Mamba model's state pool (None: no Mamba layer)
 
     # Derived sets, computed once per snapshot: the oracles read each snapshot twice (as the
     # stage's "after", then as the next stage's "before") and several oracles need the same set.
@@ -268,6 +294,41 @@ def window_state(allocator: Any, tree: Any, radix: bool) -> WindowState | None:
         protected_size=int(tree.swa_protected_size()) if radix else 0)
 
 
+def state_allocator(req_to_token_pool: Any) -> Any:
+    """Who hands out a Mamba model's state slots: the pool's ``mamba_allocator`` (0.5.13+), else
+    its ``MambaPool`` (None for a request pool without states)."""
+    allocator = getattr(req_to_token_pool, "mamba_allocator", None)
+    return allocator if allocator is not None else getattr(req_to_token_pool, "mamba_pool", None)
+
+
+def mamba_state(req_to_token_pool: Any, tree: Any, radix: bool, slots: tuple[int, ...],
+                rows: tuple[int, ...]) -> MambaState | None:
+    """The state pool of a Mamba model's request pool (None for a request pool without one);
+    ``slots`` and ``rows``: the pool's state slots and request rows, as its free lists held them
+    when built (a padding row or slot is neither)."""
+    allocator = state_allocator(req_to_token_pool)
+    if allocator is None:
+        return None
+    in_use = sorted(set(rows) - set(int(r) for r in req_to_token_pool.free_slots))
+    mapping = _host_copy(req_to_token_pool.req_index_to_mamba_index_mapping).tolist()
+    kept = tree_state_slots(tree) if radix else []
+    return MambaState(
+        slots=slots, rows=tuple((row, int(mapping[row])) for row in in_use),
+        tree=tuple(sorted(int(s) for s in kept)), free=tuple(int(s) for s in _host_copy(allocator.free_slots).tolist()),
+        available_size=int(allocator.available_size()),
+        evictable_size=int(tree.mamba_evictable_size()) if radix else 0,
+        protected_size=int(tree.mamba_protected_size()) if radix else 0)
+
+
+def tree_state_slots(tree: Any) -> list[int]:
+    """The state slots a Mamba tree keeps: ``all_mamba_values_flatten`` (0.5.7+), or before it each
+    node's ``mamba_value``."""
+    if hasattr(tree, "all_mamba_values_flatten"):
+        return [int(s) for s in _host_copy(tree.all_mamba_values_flatten()).tolist()]
+    return [int(s) for node in tree._collect_all_nodes() if node.mamba_value is not None
+            for s in node.mamba_value.tolist()]
+
+
 def full_sizes(tree: Any) -> tuple[int, int]:
     """The tree's evictable and protected sizes in the full pool (a sliding-window tree of its own,
     up to 0.5.15, raises on the plain ones: its ``full_*`` ones say it)."""
@@ -292,6 +353,8 @@ def _world_state(world: Any, radix: bool) -> dict[str, Any]:
         "evictable_size": evictable,
         "protected_size": protected,
         "window": window_state(world.allocator, world.tree_cache, radix),
+        "states": None if getattr(world, "mamba", None) is None else mamba_state(
+            world.req_to_token_pool, world.tree_cache, radix, world.state_slots, world.request_rows),
     }
 
 
@@ -341,6 +404,7 @@ def snapshot_to_plain(snap: Snapshot) -> dict[str, Any]:
         "protected_size": snap.protected_size,
         "accounting": [list(pair) for pair in snap.accounting],
         "window": None if snap.window is None else snap.window.to_plain(),
+        "states": None if snap.states is None else snap.states.to_plain(),
     }
 
 
@@ -371,4 +435,5 @@ def snapshot_from_plain(data: dict[str, Any]) -> Snapshot:
         protected_size=data["protected_size"],
         accounting=tuple((str(k), v) for k, v in data["accounting"]),
         window=None if data.get("window") is None else WindowState.from_plain(data["window"]),
+        states=None if data.get("states") is None else MambaState.from_plain(data["states"]),
     )

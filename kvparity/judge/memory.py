@@ -11,7 +11,7 @@ from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from kvparity.engine.snapshot import Snapshot, WindowState
+from kvparity.engine.snapshot import MambaState, Snapshot, WindowState
 from kvparity.judge.compare import RENUMBERED_BETWEEN_RELEASES, compare, known_between
 from kvparity.judge.oracles import conservation
 from kvparity.judge.renumber import DIVERGENT, renumbering_verdict
@@ -82,6 +82,26 @@ def window_conserved(window: WindowState) -> list[str]:
     return problems
 
 
+def states_conserved(states: MambaState) -> list[str]:
+    """A Mamba model's state pool: every slot is exactly one of free, kept by the tree, or named by a
+    request row in use (a request restoring a state from the tree gets a copy in a slot of its own),
+    and nothing else is handed out."""
+    places = Counter(states.free) + Counter(states.tree) + Counter(slot for _, slot in states.rows)
+    problems = []
+    twice = sorted(s for s, n in places.items() if n > 1)
+    if twice:
+        problems.append(f"state slots in two places at once (free, the tree, a row): {twice[:6]}")
+    stray = sorted(set(places) - set(states.slots))
+    if stray:
+        problems.append(f"state slots that are no slots of the pool: {stray[:6]}")
+    lost = sorted(set(states.slots) - set(places))
+    if lost:
+        problems.append(f"state slots neither free, nor kept by the tree, nor a row's (leaked): {lost[:6]}")
+    if states.available_size != len(states.free):
+        problems.append(f"state available_size {states.available_size} is not the {len(states.free)} free slots")
+    return problems
+
+
 def batch_slots_distinct(geometry: Geometry, snap: Snapshot) -> list[str]:
     """The batch's new slots are distinct real slots. (Whether they were free: within an iteration a
     slot can be freed and handed out again, or handed out and freed by a finish; conservation after
@@ -107,6 +127,8 @@ def iteration_problems(geometry: Geometry, after: Snapshot) -> list[MemoryProble
     found += [("new slots distinct", p) for p in batch_slots_distinct(geometry, after)]
     if after.window is not None:
         found += [("window slots conserved", p) for p in window_conserved(after.window)]
+    if after.states is not None:
+        found += [("state slots conserved", p) for p in states_conserved(after.states)]
     return [MemoryProblem(record.step, oracle, message) for oracle, message in found]
 
 
@@ -146,6 +168,30 @@ def window_difference(ref: Snapshot, got: Snapshot, exact: bool) -> tuple[str, s
     return None
 
 
+def states_difference(ref: Snapshot, got: Snapshot, exact: bool) -> tuple[str, str] | None:
+    """The first way two runs' state pools differ after an iteration: their sizes and how many slots
+    rows and the tree hold (numbers no renumbering changes), and, ``exact`` (the same release),
+    which ones and what is free."""
+    a, b = ref.states, got.states
+    if a is None or b is None:
+        return None if a is b else ("state pool", f"{'none' if b is None else 'one'} against the reference's "
+                                                  f"{'none' if a is None else 'one'}")
+    for attr in ("available_size", "evictable_size", "protected_size"):
+        if getattr(a, attr) != getattr(b, attr):
+            return f"state {attr}", f"{getattr(b, attr)} != {getattr(a, attr)}"
+    if (len(a.rows), len(a.tree)) != (len(b.rows), len(b.tree)):
+        return "state slots held", (f"{len(b.rows)} rows and the tree's {len(b.tree)}, against the reference's "
+                                    f"{len(a.rows)} and {len(a.tree)}")
+    if exact and (a.rows, a.tree, sorted(a.free)) != (b.rows, b.tree, sorted(b.free)):
+        return "state slots", f"rows {list(b.rows)[:6]}, tree {list(b.tree)[:6]} != {list(a.rows)[:6]}, {list(a.tree)[:6]}"
+    return None
+
+
+def hybrid_difference(ref: Snapshot, got: Snapshot, exact: bool) -> tuple[str, str] | None:
+    """A hybrid model's second pool, compared: a window pool or a state pool."""
+    return window_difference(ref, got, exact) or states_difference(ref, got, exact)
+
+
 def first_memory_difference(ref_id: WorldId, ref: Sequence[Snapshot], world: WorldId, got: Sequence[Snapshot],
                             page_size: int) -> tuple[MemoryDifference | None, set[str]]:
     """Over the iterations both runs have (the caller cuts them where decisions first differ): the
@@ -156,9 +202,9 @@ def first_memory_difference(ref_id: WorldId, ref: Sequence[Snapshot], world: Wor
     n = min(len(ref), len(got))
     same_release = not (ref_id.real and world.real and ref_id.release != world.release)
     for i in range(n):
-        window = window_difference(ref[i], got[i], exact=same_release)
-        if window is not None:
-            return MemoryDifference(ref[i].record.step, *window), known
+        hybrid = hybrid_difference(ref[i], got[i], exact=same_release)
+        if hybrid is not None:
+            return MemoryDifference(ref[i].record.step, *hybrid), known
         diffs = compare(ref_id, ref[i], world, got[i])
         known |= {d.known_defect for d in diffs if d.known_defect}
         bad = [d for d in diffs if not d.known_defect]

@@ -51,8 +51,10 @@ class CanaryRead:
     harness's ``step``) read, at ``position``, the slot ``slot`` (named by row ``row``), which holds
     ``found`` (stamped by ``stamped_by``, or never stamped) where its own token's canary
     ``expected`` belongs. ``when``: "launch" (the table as the batch was launched), "in flight"
-    (a cell changed while the batch was in flight, read as a GPU could) or "window" (a sliding-window
-    model's window layer, through the window slot ``slot``; 0: none mapped, the slot was freed)."""
+    (a cell changed while the batch was in flight, read as a GPU could), "window" (a sliding-window
+    model's window layer, through the window slot ``slot``; 0: none mapped, the slot was freed) or
+    "state" (a Mamba model's state slot ``slot``, which must hold the state after the request's
+    tokens up to ``position``: the canary of that position, or the empty state before position 0)."""
 
     rid: str
     row: int
@@ -67,6 +69,11 @@ class CanaryRead:
     def line(self) -> str:
         held = "nothing (never stamped)" if self.found is None else (
             f"token {self.found[0]} at position {self.found[1]}" + (f" of {self.stamped_by}" if self.stamped_by else ""))
+        if self.when == "state":
+            held = "the empty state" if self.found is None else f"the state after {held}"
+            belongs = "the empty state" if self.position < 0 else f"the state after its token at position {self.position}"
+            return (f"request {self.rid} (row {self.row}) read state slot {self.slot}, which holds {held}; "
+                    f"{belongs} belongs there (state)")
         return (f"request {self.rid} read position {self.position} through row {self.row} from slot {self.slot}, "
                 f"which holds {held}; its own token {self.expected[0]} belongs there ({self.when})")
 

@@ -14,8 +14,9 @@ from kvparity.model.scenario import tokens_python
 from kvparity.model.worlds import Geometry
 
 LOOPS = ("normal", "overlap")
-# The models a server may serve: full attention only, or a hybrid sliding-window model (issue 34).
-CACHES = ("full", "swa")
+# The models a server may serve: full attention only, a hybrid sliding-window model or a hybrid
+# linear (Mamba) model (issue 34).
+CACHES = ("full", "swa", "mamba")
 # A sliding-window server's window pool, as a share of its full pool (SGLang's default
 # ``--swa-full-tokens-ratio``).
 SWA_FULL_TOKENS_RATIO = 0.8
@@ -61,6 +62,11 @@ class ServerConfig:
     # How many tokens must slide out of a request's window before its window slots are freed
     # (SGLang's SGLANG_SWA_EVICTION_INTERVAL, 0.5.16+; None: its default, 128).
     swa_eviction_interval: int | None = None
+    # A hybrid linear (Mamba) model (issue 34): its recurrent-state pool's slots (SGLang's
+    # --max-mamba-cache-size; a request holds one while it runs, the tree keeps others). Its tree
+    # caches states without a buffer (SGLang's "no_buffer": page size 1, the normal loop).
+    # None: no Mamba layer.
+    mamba_slots: int | None = None
 
     @property
     def window_slots(self) -> int | None:
@@ -82,6 +88,19 @@ class ServerConfig:
         if self.chunked_prefill_size is not None and self.chunked_prefill_size < 1:
             raise ValueError(f"ServerConfig.chunked_prefill_size={self.chunked_prefill_size}: >= 1, or None for off")
         self._check_window()
+        self._check_mamba()
+
+    def _check_mamba(self) -> None:
+        if self.mamba_slots is None:
+            return
+        if self.sliding_window is not None:
+            raise ValueError("ServerConfig: a model with both a sliding window and Mamba layers is not driven yet")
+        if self.mamba_slots < self.max_running_requests:
+            raise ValueError(f"ServerConfig.mamba_slots={self.mamba_slots}: every running request holds one "
+                             f"(max_running_requests={self.max_running_requests})")
+        if self.page_size != 1 or self.loop != "normal":
+            raise ValueError(f"ServerConfig: a Mamba model's tree without a state buffer (no_buffer) serves page "
+                             f"size 1 in the normal loop only (page_size={self.page_size}, loop={self.loop!r})")
 
     def _check_window(self) -> None:
         if self.sliding_window is None:

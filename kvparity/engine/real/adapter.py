@@ -24,8 +24,18 @@ from typing import Any
 
 import torch
 
+from kvparity.engine.canary import StateView
 from kvparity.engine.real import RealSGLangError
-from kvparity.engine.real.hybrid_pools import Window, window_pools, window_tree
+from kvparity.engine.real.hybrid_pools import (
+    MAMBA_CACHE_CHUNK_SIZE,
+    Mamba,
+    Window,
+    mamba_pools,
+    mamba_tree,
+    state_view,
+    window_pools,
+    window_tree,
+)
 from kvparity.engine.real.names import lookup as _lookup
 from kvparity.engine.real.names import optional as _optional
 from kvparity.engine.real.versions import UNIFIED_RADIX_CACHE, VersionEntry
@@ -34,6 +44,7 @@ from kvparity.engine.snapshot import (
     full_allocator,
     full_sizes,
     released_pages,
+    state_allocator,
 )
 from kvparity.mem_cache.errors import Exhausted
 from kvparity.model.worlds import WorldId
@@ -316,20 +327,24 @@ class RealWorld:
 
     def __init__(self, entry: VersionEntry, backend: str, geometry: Any, cache_kind: str, device: str = "cpu", *,
                  tree_class: str | None = None, tree_core: str | None = None, sliding_window: int | None = None,
-                 swa_kv_slots: int | None = None, swa_eviction_interval: int | None = None) -> None:
-        # A hybrid sliding-window model (its window and window pool), or full attention (None).
+                 swa_kv_slots: int | None = None, swa_eviction_interval: int | None = None,
+                 mamba_slots: int | None = None) -> None:
+        # A hybrid sliding-window model (its window and window pool), a hybrid linear model (its
+        # state pool), or full attention (both None).
         self.window = None if sliding_window is None else Window(sliding_window, swa_kv_slots or 0,
                                                                  swa_eviction_interval)
+        self.mamba = None if mamba_slots is None else Mamba(mamba_slots)
+        hybrid = self.window is not None or self.mamba is not None
         # The tree a server of this release builds (UnifiedRadixCache from 0.5.19, or from 0.5.16 for
         # a hybrid model, on the release's default core), unless a world asks for another tree or core.
-        unified = entry.unified_radix_cache is not None or (self.window is not None and entry.hybrid_tree == "unified")
+        unified = entry.unified_radix_cache is not None or (hybrid and entry.hybrid_tree == "unified")
         self.tree_class = tree_class or ("unified" if unified else "radix")
         self.tree_core = tree_core or (entry.tree_cores[0] if entry.tree_cores else None)
         if self.tree_class not in TREE_CLASSES or (self.tree_class == "unified" and not unified):
             raise RealSGLangError(f"tree_class={self.tree_class!r}: SGLang {entry.version} has "
                                   f"{('radix', 'unified') if unified else ('radix',)}")
-        if self.window is not None and cache_kind == "chunk":
-            raise RealSGLangError("a sliding-window model's chunk cache (radix cache disabled) is not driven yet")
+        if hybrid and cache_kind == "chunk":
+            raise RealSGLangError("a hybrid model's chunk cache (radix cache disabled) is not driven yet")
         if tree_core is not None and tree_core not in entry.tree_cores:
             raise RealSGLangError(f"tree_core={tree_core!r}: SGLang {entry.version} has {entry.tree_cores or 'one core'}")
         if backend not in BACKENDS:
@@ -355,16 +370,28 @@ class RealWorld:
             speculative_algorithm=None,
             disaggregation_mode="null",
         )
+        if self.mamba is not None:  # what a Mamba tree reads of the model's config, preset (none is loaded)
+            self.server_args._mamba_cache_chunk_size = MAMBA_CACHE_CHUNK_SIZE
         self.spec_algorithm = self.sg.SpeculativeAlgorithm.NONE
         self.activate()
         sg = self.sg
-        self.req_to_token_pool = sg.ReqToTokenPool(g.pool_rows, g.max_context_len, self.device, enable_memory_saver=False)
-        self.req_to_token_pool.req_to_token.fill_(POISON)
-        if self.window is not None:
-            self.kv_pool, self.allocator = window_pools(entry, self.window, g.kv_slots, g.page_size, KV_DTYPE,
-                                                        self.device, g.need_sort)
+        if self.mamba is not None:
+            self.req_to_token_pool, self.kv_pool, self.allocator = mamba_pools(
+                entry, self.mamba, g.pool_rows, g.max_context_len, g.kv_slots, KV_DTYPE, self.device, g.need_sort)
         else:
-            self._full_attention_pools()
+            self.req_to_token_pool = sg.ReqToTokenPool(g.pool_rows, g.max_context_len, self.device,
+                                                       enable_memory_saver=False)
+            if self.window is not None:
+                self.kv_pool, self.allocator = window_pools(entry, self.window, g.kv_slots, g.page_size, KV_DTYPE,
+                                                            self.device, g.need_sort)
+            else:
+                self._full_attention_pools()
+        self.req_to_token_pool.req_to_token.fill_(POISON)
+        # A Mamba model's state slots and the rows requests may take, as the pools hand them out when
+        # built (the oracles' whole of the state pool; a padding row or slot is neither).
+        allocator = state_allocator(self.req_to_token_pool) if self.mamba is not None else None
+        self.state_slots = () if allocator is None else tuple(sorted(int(s) for s in allocator.free_slots.tolist()))
+        self.request_rows = tuple(sorted(int(r) for r in self.req_to_token_pool.free_slots))
         self.observed: dict[str, Any] = {}
         self._observe_allocator()
         self.tree_cache = self._make_tree_cache()
@@ -389,9 +416,11 @@ class RealWorld:
         chunked prefill on) a ChunkCache; from 0.5.6 they take a CacheInitParams."""
         sg, g = self.sg, self.geometry
         fields = dict(req_to_token_pool=self.req_to_token_pool, token_to_kv_pool_allocator=self.allocator, page_size=g.page_size)
+        unified = self._unified_radix_cache if self.tree_class == "unified" else None
         if self.window is not None:
-            return window_tree(self.entry, self.window, fields, sg.CacheInitParams, self._unified_radix_cache
-                               if self.tree_class == "unified" else None)
+            return window_tree(self.entry, self.window, fields, sg.CacheInitParams, unified)
+        if self.mamba is not None:
+            return mamba_tree(self.entry, fields, sg.CacheInitParams, unified)
         if self.tree_class == "unified":
             return self._unified_radix_cache(fields)
         cls = sg.RadixCache if self.cache_kind == "radix" else sg.ChunkCache
@@ -581,6 +610,11 @@ class RealWorld:
             setattr(allocator, method, observed)
 
     # ------------------------------------------------------------------ plain views (for snapshots)
+
+    def state_view(self, rows: dict[str, int]) -> StateView:
+        """A Mamba model's states of the requests on ``rows`` (request id -> row), as the forward's
+        canary reads and writes them."""
+        return state_view(self.req_to_token_pool, rows)
 
     def release_pages(self) -> torch.Tensor:
         """Freed pages waiting for the next sort (of the full pool's allocator, for a

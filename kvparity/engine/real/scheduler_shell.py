@@ -70,6 +70,7 @@ from kvparity.engine.iteration_recorder import (
 )
 from kvparity.engine.real import RealSGLangError
 from kvparity.engine.real.adapter import VOCAB_SIZE, _dotted
+from kvparity.engine.real.hybrid_pools import run_deferred_state_work
 from kvparity.engine.real.shell_adapters import Knobs, ShellAdapter, adapter_for
 from kvparity.engine.real.standins import StandIn
 from kvparity.engine.real.standins import install as install_standins
@@ -139,6 +140,8 @@ class Forward:
         rids = [r.rid for r in reqs]
         known = [tuple(r.origin_input_ids) + tuple(r.output_ids) for r in reqs]
         if batch.forward_mode.is_extend():
+            if shell._kvp_world.mamba is not None:  # what the model runner does before the Mamba layers read
+                run_deferred_state_work(shell.req_to_token_pool, worker_batch)
             prefix_lens, _ = shell._kvp_adapter.extend_lens(batch)
             requests = extend_requests(rids, rows, seq_lens, prefix_lens, input_ids, out_cache_loc, known)
         else:
@@ -380,13 +383,16 @@ def _knobs(config: dict[str, Any]) -> Knobs:
         max_running_requests=int(config.get("max_running_requests", pool_rows)),
         radix_cache=bool(config.get("radix_cache", True)),
         schedule_conservativeness=float(config.get("schedule_conservativeness", 1.0)),
-        **_window(config),
+        **_hybrid(config),
     )
 
 
-def _window(config: dict[str, Any]) -> dict[str, int | None]:
-    """A hybrid sliding-window model's settings (none for full attention): the window pool sized
-    as ``ServerConfig.window_slots`` says (SGLang's default share where the scenario leaves it)."""
+def _hybrid(config: dict[str, Any]) -> dict[str, int | None]:
+    """A hybrid model's settings (none for full attention): a Mamba model's state slots, or a
+    sliding-window model's window, its pool sized as ``ServerConfig.window_slots`` says (SGLang's
+    default share where the scenario leaves it)."""
+    if config.get("mamba_slots") is not None:
+        return {"mamba_slots": int(config["mamba_slots"])}
     if config.get("sliding_window") is None:
         return {}
     slots, interval = config.get("swa_kv_slots"), config.get("swa_eviction_interval")
@@ -550,10 +556,12 @@ def _stopped(shell: Any, exc: Exception) -> StopError:
 
 def _tree_label(world: Any) -> str:
     """The cache the run used: "radix", "chunk", or "unified/<core>" (the core actually built); a
-    sliding-window model's: its tree of its own ("SWARadixCache"), or "unified/<core>, FULL+SWA"."""
+    hybrid model's: its tree of its own ("SWARadixCache", "MambaRadixCache"), or "unified/<core>,
+    FULL+SWA" or "..., FULL+MAMBA"."""
+    hybrid = ", FULL+SWA" if world.window is not None else ", FULL+MAMBA" if world.mamba is not None else ""
     if world.tree_class != "unified":
-        return world.cache_kind if world.window is None else type(world.tree_cache).__name__
+        return type(world.tree_cache).__name__ if hybrid else world.cache_kind
     from kvparity.engine.real.unified_tree import tree_core_kind
 
     return (f"unified/{tree_core_kind(world.tree_cache)}" + ("" if world.cache_kind == "radix" else " (disabled)")
-            + ("" if world.window is None else ", FULL+SWA"))
+            + hybrid)

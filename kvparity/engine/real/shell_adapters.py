@@ -61,6 +61,7 @@ class Knobs:
     sliding_window: int | None = None  # a hybrid sliding-window model: its window (None: full attention)
     swa_kv_slots: int | None = None  # its window pool's slots (set with sliding_window)
     swa_eviction_interval: int | None = None  # SGLANG_SWA_EVICTION_INTERVAL (None: SGLang's default)
+    mamba_slots: int | None = None  # a hybrid linear (Mamba) model: its state slots (None: no Mamba layer)
 
     @property
     def overlap(self) -> bool:
@@ -68,6 +69,8 @@ class Knobs:
 
     def hybrid(self) -> dict[str, Any]:
         """The world options of a hybrid model (none for full attention)."""
+        if self.mamba_slots is not None:
+            return {"mamba_slots": self.mamba_slots}
         if self.sliding_window is None:
             return {}
         return {"sliding_window": self.sliding_window, "swa_kv_slots": self.swa_kv_slots,
@@ -569,7 +572,7 @@ class Shell053Post2(Shell053Post1):
         pass
 
     def attributes(self, shell: Any, mod: Any, world: Any, knobs: Knobs, sa: Any) -> dict[str, Any]:
-        return dict(super().attributes(shell, mod, world, knobs, sa), is_hybrid_gdn=False)
+        return dict(super().attributes(shell, mod, world, knobs, sa), is_hybrid_gdn=world.mamba is not None)
 
     def token_ratio(self, sa: Any) -> dict[str, float]:
         """The same formula, its constants read from ``sglang.srt.environ.envs``."""
@@ -617,12 +620,12 @@ class Shell056(Shell055Post1):
 
 
 class Shell056Post1(Shell056):
-    """0.5.6.post1: the leak check reads ``is_ssm_model`` (state-space models' pools; no)."""
+    """0.5.6.post1: the leak check reads ``is_ssm_model`` (state-space models' pools: a Mamba model's)."""
 
     name = "0.5.6.post1"
 
     def attributes(self, shell: Any, mod: Any, world: Any, knobs: Knobs, sa: Any) -> dict[str, Any]:
-        return dict(super().attributes(shell, mod, world, knobs, sa), is_ssm_model=False)
+        return dict(super().attributes(shell, mod, world, knobs, sa), is_ssm_model=world.mamba is not None)
 
 
 class Shell057(Shell056Post1):
@@ -637,7 +640,7 @@ class Shell057(Shell056Post1):
     def attributes(self, shell: Any, mod: Any, world: Any, knobs: Knobs, sa: Any) -> dict[str, Any]:
         return dict(super().attributes(shell, mod, world, knobs, sa), schedule_policy=sa.schedule_policy,
                     schedule_low_priority_values_first=False, dp_size=1, attn_tp_size=1, tp_size=1,
-                    is_hybrid_ssm=False)
+                    is_hybrid_ssm=world.mamba is not None)
 
     def policy(self, sa: Any, world: Any) -> dict[str, Any]:
         return {}  # init_schedule_policy's

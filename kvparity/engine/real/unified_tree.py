@@ -1,7 +1,7 @@
 """Snapshots of a real SGLang ``UnifiedRadixCache`` tree (0.5.19 on), for either TreeCore.
 
-Worker side only (SGLang is imported lazily). Scope: component FULL (a sliding-window model's
-tree too: its FULL component), any page size, no
+Worker side only (SGLang is imported lazily). Scope: component FULL (a hybrid model's tree too:
+its FULL component), any page size, no
 HiCache/storage, no EAGLE bigram keys; anything else raises ``UnifiedTreeUnsupported``.
 
 - ``tree_core_kind(cache)``: "rust" or "python", the core actually built (SGLang falls back to
@@ -52,9 +52,11 @@ def _components(cache: Any) -> tuple[Any, ...]:
     moved in 0.5.17)."""
     components = tuple(getattr(cache, "tree_components", ()) or ())
     types = type(components[0]) if components else None
-    # A sliding-window model's tree: its FULL component is dumped (the window's is not yet, issue 34).
-    if types is None or components not in ((types.FULL,), (types.FULL, types.SWA)):
-        raise UnifiedTreeUnsupported(f"tree_components={components}: only FULL, or FULL and SWA, are supported")
+    # A hybrid model's tree: its FULL component is dumped (a window's mapping and a Mamba model's
+    # state slots are snapshotted from the pools and ``all_mamba_values_flatten``, issue 34).
+    if types is None or components not in ((types.FULL,), (types.FULL, types.SWA), (types.FULL, types.MAMBA)):
+        raise UnifiedTreeUnsupported(f"tree_components={components}: only FULL, alone or with SWA or MAMBA, "
+                                     f"are supported")
     return components
 
 
