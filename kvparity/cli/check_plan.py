@@ -25,6 +25,7 @@ DRIVE_OPTIONS = (
     ("profile", "--profile", "harness"),
     ("target", "--target", "harness"),
     ("traffic_examples", "--traffic-examples", "scheduler"),
+    ("caches", "--caches", "scheduler"),
 )
 
 
@@ -89,21 +90,26 @@ def harness_spec(args: argparse.Namespace, real: Any) -> tuple[Any, int]:
             DEFAULT_REAL_EXAMPLES)
 
 
-def scheduler_spec(real: Any) -> Any:
-    """The scheduler drive's two players, or why this run has none (a sentence)."""
+def scheduler_spec(real: Any, caches: tuple[str, ...] | None = None) -> Any:
+    """The scheduler drive's two players, or why this run has none (a sentence); ``caches``: the
+    models its tasks serve (None: every one both players serve)."""
     from kvparity.model.traffic import CACHES
     from kvparity.run.scheduler_drive import PlayerSpec, SchedulerSpec
 
+    if caches is not None and (real is None or real.reference is None) and caches != ("full",):
+        return (f"--caches {','.join(caches)}: kvparity's model of a scheduler serves full attention only; the "
+                f"hybrid caches are checked real release against real release (--sglang A --against B)")
+    caches = caches or CACHES
     if real is None:
         return SchedulerSpec(PlayerSpec("model", "legacy"), PlayerSpec("model", "refactored"))
     checked = PlayerSpec("real", real.checked.path if real.checked.origin == "path" else real.checked.version)
     if real.reference is not None:
         reference = real.reference
         return SchedulerSpec(PlayerSpec("real", reference.path if reference.origin == "path" else reference.version),
-                             checked, caches=CACHES)
+                             checked, caches=caches)
     version = real.checked.version
     if version in MODELLED_RELEASES:
-        return SchedulerSpec(PlayerSpec("model", MODELLED_RELEASES[version]), checked, caches=CACHES)
+        return SchedulerSpec(PlayerSpec("model", MODELLED_RELEASES[version]), checked, caches=caches)
     return (f"--sglang {version} alone has no scheduler to be checked against (kvparity models the scheduler of "
             f"{' and '.join(MODELLED_RELEASES)} only): give --against RELEASE")
 
@@ -125,7 +131,7 @@ def check_plans(args: argparse.Namespace, real: Any, jobs: int, budget: float | 
     drive = args.drive or "harness"
     plans = []
     if drive in ("scheduler", "both"):
-        spec = scheduler_spec(real)
+        spec = scheduler_spec(real, getattr(args, "caches", None))
         if isinstance(spec, str):
             if drive == "scheduler":
                 return f"--drive scheduler: {spec}"

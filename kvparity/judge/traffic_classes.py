@@ -14,6 +14,10 @@ from kvparity.model.classes import (
     TRAFFIC_REORDERED,
     TRAFFIC_RETRACTED_HIT,
     TRAFFIC_RETRACTION,
+    TRAFFIC_STATE_EVICTED,
+    TRAFFIC_STATE_RESTORED,
+    TRAFFIC_STATE_RETRACTED_RESTORED,
+    TRAFFIC_STATE_RETRACTION,
     TRAFFIC_TOMBSTONE,
     TRAFFIC_TOMBSTONE_HIT,
     TRAFFIC_WINDOW_EVICTED,
@@ -49,7 +53,8 @@ def traffic_classes(scenario: TrafficScenario, result: TrafficRun) -> set[str]:
             if rec.waiting and len(running_after) < scenario.config.max_running_requests:
                 found.add(TRAFFIC_BUDGET_STOP)  # rows were left, a request waited: a token budget stopped it
         finished.update(rec.finished)
-    return found | {name for name, count in rare_counts(result).items() if count} | window_classes(result)
+    return (found | {name for name, count in rare_counts(result).items() if count} | window_classes(result)
+            | state_classes(result))
 
 
 def window_classes(result: TrafficRun) -> set[str]:
@@ -72,6 +77,36 @@ def window_classes(result: TrafficRun) -> set[str]:
             found.add(TRAFFIC_WINDOW_EVICTED)
         if rec.retracted:
             found.add(TRAFFIC_WINDOW_RETRACTION)
+    return found
+
+
+def state_classes(result: TrafficRun) -> set[str]:
+    """A Mamba model's shapes the run met (none for any other model): a radix hit whose request runs
+    in a slot of its own (its state copied from the one the tree keeps), a slot the tree kept and
+    freed after (evicted), a retraction, and a retracted request readmitted on such a hit."""
+    found: set[str] = set()
+    admitted: set[str] = set()
+    retracted: set[str] = set()
+    kept: set[int] = set()
+    for rec, snap in zip(result.decisions, result.memory):
+        states = snap.states
+        if states is None:
+            return found
+        if kept & set(states.free):
+            found.add(TRAFFIC_STATE_EVICTED)
+        kept = set(states.tree)
+        retracted.update(rid for rid in rec.waiting if rid in admitted)
+        if rec.retracted:
+            found.add(TRAFFIC_STATE_RETRACTION)
+        if rec.mode == "EXTEND":
+            slot_of = dict(states.rows)
+            restored = [rid for rid, row, hit in zip(rec.rids, rec.rows, rec.prefix_lens)
+                        if hit > 0 and slot_of.get(row) not in (None, *kept)]
+            if restored:
+                found.add(TRAFFIC_STATE_RESTORED)
+            if any(rid in retracted for rid in restored):
+                found.add(TRAFFIC_STATE_RETRACTED_RESTORED)
+            admitted.update(rec.rids)
     return found
 
 

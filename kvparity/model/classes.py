@@ -75,6 +75,14 @@ TRAFFIC_TOMBSTONE = "traffic: a tree node whose window slots are freed (tombston
 TRAFFIC_TOMBSTONE_HIT = "traffic: a radix hit while the tree holds tombstones"
 TRAFFIC_WINDOW_RETRACTION = "traffic: retraction of a sliding-window model's request"
 TRAFFIC_WINDOW = (TRAFFIC_WINDOW_EVICTED, TRAFFIC_TOMBSTONE, TRAFFIC_TOMBSTONE_HIT, TRAFFIC_WINDOW_RETRACTION)
+# A Mamba model's shapes (issue 34), read from the state pool's snapshots. A radix hit restores the
+# state the tree keeps at the matched node by copying it into the request's own slot (copy on write).
+TRAFFIC_STATE_RESTORED = "traffic: a state restored from the tree, copied on write into the request's slot (Mamba)"
+TRAFFIC_STATE_EVICTED = "traffic: a state the tree kept evicted (Mamba)"
+TRAFFIC_STATE_RETRACTION = "traffic: retraction of a Mamba model's request"
+TRAFFIC_STATE_RETRACTED_RESTORED = "traffic: a retracted request readmitted with its state restored from the tree (Mamba)"
+TRAFFIC_STATE = (TRAFFIC_STATE_RESTORED, TRAFFIC_STATE_EVICTED, TRAFFIC_STATE_RETRACTION,
+                 TRAFFIC_STATE_RETRACTED_RESTORED)
 
 
 def _ceil(a: int, b: int) -> int:

@@ -23,6 +23,10 @@ SWA_FULL_TOKENS_RATIO = 0.8
 # The context length of a traffic server (the width of its request rows; the shell's default
 # ``max_context_len``): it caps every request's outputs as SGLang's ``max_req_len`` does.
 MAX_CONTEXT_LEN = 4096
+# A Mamba model's server caps its running requests at a third of its state slots with a prefix
+# cache (SGLang's MAMBA_CACHE_SIZE_MAX_RUNNING_REQUESTS_RATIO, every release with a Mamba tree): a
+# request's own state, the one its match copies from, and one the tree keeps.
+MAMBA_SLOTS_PER_REQUEST = 3
 
 
 def window_slots(kv_slots: int, page_size: int, swa_kv_slots: int | None) -> int:
@@ -63,7 +67,8 @@ class ServerConfig:
     # (SGLang's SGLANG_SWA_EVICTION_INTERVAL, 0.5.16+; None: its default, 128).
     swa_eviction_interval: int | None = None
     # A hybrid linear (Mamba) model (issue 34): its recurrent-state pool's slots (SGLang's
-    # --max-mamba-cache-size; a request holds one while it runs, the tree keeps others). Its tree
+    # --max-mamba-cache-size; a request holds one while it runs, the tree keeps others; at least
+    # MAMBA_SLOTS_PER_REQUEST per running request, as a server caps them). Its tree
     # caches states without a buffer (SGLang's "no_buffer": page size 1, the normal loop).
     # None: no Mamba layer.
     mamba_slots: int | None = None
@@ -95,8 +100,9 @@ class ServerConfig:
             return
         if self.sliding_window is not None:
             raise ValueError("ServerConfig: a model with both a sliding window and Mamba layers is not driven yet")
-        if self.mamba_slots < self.max_running_requests:
-            raise ValueError(f"ServerConfig.mamba_slots={self.mamba_slots}: every running request holds one "
+        if self.mamba_slots < MAMBA_SLOTS_PER_REQUEST * self.max_running_requests:
+            raise ValueError(f"ServerConfig.mamba_slots={self.mamba_slots}: a server with a prefix cache runs at most "
+                             f"one request per {MAMBA_SLOTS_PER_REQUEST} state slots "
                              f"(max_running_requests={self.max_running_requests})")
         if self.page_size != 1 or self.loop != "normal":
             raise ValueError(f"ServerConfig: a Mamba model's tree without a state buffer (no_buffer) serves page "

@@ -16,7 +16,7 @@ from typing import Any
 from hypothesis import strategies as st
 
 from kvparity.mem_cache.schedule_policy import POLICIES
-from kvparity.model.traffic import Arrival, ServerConfig, TrafficScenario
+from kvparity.model.traffic import MAMBA_SLOTS_PER_REQUEST, Arrival, ServerConfig, TrafficScenario
 
 _STEM = 60
 
@@ -56,6 +56,15 @@ def windows(draw: Any, config: ServerConfig, window_pages: tuple[int, ...]) -> S
 
 
 @st.composite
+def mamba_models(draw: Any, config: ServerConfig) -> ServerConfig:
+    """``config`` as a hybrid linear (Mamba) model's server: page size 1 (its tree keeps no state
+    buffer), state slots from the fewest a server runs its requests with (the tree's states are
+    evicted to admit more) to a few more."""
+    least = MAMBA_SLOTS_PER_REQUEST * config.max_running_requests
+    return dataclasses.replace(config, page_size=1, mamba_slots=draw(st.sampled_from((least, least + 2, least + 8))))
+
+
+@st.composite
 def traffic_scenarios(draw: Any, policies: tuple[str, ...] = POLICIES, cache: str = "full",
                       window_pages: tuple[int, ...] = (1, 4)) -> TrafficScenario:
     """``cache``: the model served (``CACHES``); a sliding-window model's pools take the page sizes
@@ -64,6 +73,8 @@ def traffic_scenarios(draw: Any, policies: tuple[str, ...] = POLICIES, cache: st
     config = draw(server_configs(policies, pressure))
     if cache == "swa":
         config = draw(windows(config, window_pages))
+    elif cache == "mamba":
+        config = draw(mamba_models(config))
     stems = [tuple(range(100_000 * (k + 1), 100_000 * (k + 1) + _STEM)) for k in range(2)]
     cached = [draw(st.sampled_from(stems))[: draw(st.integers(4, _STEM))] for _ in range(draw(st.integers(1, 3)))]
     arrivals: list[tuple[Arrival, ...]] = [(Arrival(f"c{i}", p, 1),) for i, p in enumerate(cached)]

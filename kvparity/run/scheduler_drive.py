@@ -42,7 +42,10 @@ DEFAULT_TRAFFIC_EXAMPLES = 40  # per schedule policy and event loop
 # The hybrid models' tasks: these policies only (fcfs: arrival order; lpm: the cache-aware ranking,
 # whose prefix matches meet the window's tombstones).
 HYBRID_POLICIES = ("fcfs", "lpm")
-CACHE_NAMES = {"full": "full attention", "swa": "sliding window"}
+CACHE_NAMES = {"full": "full attention", "swa": "sliding window", "mamba": "Mamba"}
+# The loops a hybrid model is served in: a Mamba model's tree without a state buffer (SGLang's
+# no_buffer) refuses the overlap loop.
+HYBRID_LOOPS = {"swa": LOOPS, "mamba": ("normal",)}
 # The rare shape Hypothesis steers toward (``hypothesis.target``). Measured on the default check of
 # 0.5.3.post1 against 0.5.3 (320 scenarios, 160 in the overlap loop), unsteered -> steered: rows
 # freed under a chunk in flight 31 -> 87 of 160, retractions in the overlap loop 24 -> 60 of 160,
@@ -115,13 +118,15 @@ class SchedulerDrive:
     # ---- drawing ----------------------------------------------------------------------------------
     def tasks(self, examples: int, seed: int | None) -> list[Task]:
         """One task per loop both players play and per policy, ``examples`` scenarios each; for a
-        hybrid model both serve, one per loop and per policy of ``HYBRID_POLICIES`` (its pools
-        change memory, not how the queue is ranked), after those of full attention."""
-        full = [task for i, loop in enumerate(self.loops) for j, policy in enumerate(self.spec.policies)
+        hybrid model both serve, one per loop it is served in (``HYBRID_LOOPS``) and per policy of
+        ``HYBRID_POLICIES`` (its pools change memory, not how the queue is ranked), after those of
+        full attention."""
+        full = [task for i, loop in enumerate(self.loops) if "full" in self.caches
+                for j, policy in enumerate(self.spec.policies)
                 for task in shards(f"{policy}, {loop} loop", (i, j), examples, seed, i * len(POLICIES) + j)]
         hybrid = [task for c, cache in enumerate(self.caches) if cache != "full"
-                  for i, loop in enumerate(self.loops) for j, policy in enumerate(self.spec.policies)
-                  if policy in HYBRID_POLICIES
+                  for i, loop in enumerate(self.loops) if loop in HYBRID_LOOPS[cache]
+                  for j, policy in enumerate(self.spec.policies) if policy in HYBRID_POLICIES
                   for task in shards(f"{policy}, {loop} loop, {CACHE_NAMES[cache]}", (i, j, cache), examples, seed,
                                      len(LOOPS) * len(POLICIES) * (c + 1) + i * len(POLICIES) + j)]
         return full + hybrid

@@ -125,8 +125,36 @@ REAL_WINDOW_MUTANTS: tuple[RealMutant, ...] = (
                "        self.clear_full_to_swa_mapping(mapping_indices)\n        return swa_pages\n",
                "        return swa_pages\n", against="0.5.23"),
 )
+# For the state judges (issue 34): copies of 0.5.23 (and of 0.5.15, whose Mamba tree is its own)
+# whose Mamba path goes wrong; each is killed by ``--drive scheduler`` against the release on a
+# Mamba model.
+REAL_STATE_MUTANTS: tuple[RealMutant, ...] = (
+    RealMutant("mamba-cow-kept-on-refusal",
+               "a request whose prefix match took a copy-on-write state slot, then refused by the prefill adder, "
+               "keeps the slot (it is neither freed nor anyone's: leaked)",
+               "0.5.23", "sglang/srt/managers/scheduler.py",
+               "                        self.tree_cache.req_to_token_pool.mamba_allocator.free(\n"
+               "                            req.kv.mamba_pool_idx.unsqueeze(-1)\n"
+               "                        )\n                        req.kv.mamba_pool_idx = None\n",
+               "                        req.kv.mamba_pool_idx = None\n", against="0.5.23"),
+    RealMutant("mamba-restore-wrong-node",
+               "MambaRadixCache's match restores the state its matched node's parent keeps, where the parent keeps "
+               "one, instead of the matched node's own (0.5.15's own tree)",
+               "0.5.15", f"{_MEM}/mamba_radix_cache.py",
+               "            req.mamba_cow_src_index = last_node.mamba_value\n",
+               "            req.mamba_cow_src_index = (last_node.parent.mamba_value if last_node.parent is not None\n"
+               "                                       and last_node.parent.mamba_value is not None\n"
+               "                                       else last_node.mamba_value)\n", against="0.5.15"),
+    RealMutant("mamba-fresh-slot-not-cleared",
+               "a request's fresh state slot is not cleared before its first forward: it starts from whatever state "
+               "the slot's last owner left",
+               "0.5.23", f"{_MEM}/memory_pool.py",
+               "                req.kv.mamba_pool_idx = mid[0]\n                req.kv.mamba_needs_clear = True\n",
+               "                req.kv.mamba_pool_idx = mid[0]\n                req.kv.mamba_needs_clear = False\n",
+               against="0.5.23"),
+)
 ALL_REAL_MUTANTS = (REAL_MUTANTS + REAL_MUTANTS_PREFIX_LEN + REAL_INFLIGHT_MUTANTS + REAL_MEMORY_MUTANTS
-                    + REAL_WINDOW_MUTANTS)
+                    + REAL_WINDOW_MUTANTS + REAL_STATE_MUTANTS)
 REAL_MUTANTS_BY_NAME = {m.name: m for m in ALL_REAL_MUTANTS}
 
 

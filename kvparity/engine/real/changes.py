@@ -99,6 +99,21 @@ CHANGES: tuple[Change, ...] = (
            "checkpoint splits the tree at the prompt boundary, a released request has no readable prefix"),
     Change("0.5.22", BEHAVIOUR, "the paged allocator checks the exact page count before its kernels (None instead of a "
            "launch on too few free pages) and runs torch twins where the platform has no Triton"),
+    Change("0.5.23", ADMISSION, "Scheduler.get_next_batch_to_run filters finished requests out of the running batch on "
+           "every step (before: only for a prefill-only batch) and clears batch_is_full when the batch shrank, so a "
+           "prefill is tried where 0.5.22's full batch tried none (the culprit kvparity explain named)", None,
+           undo=("sglang/srt/managers/scheduler.py",
+                 "        running_bs = running_batch.batch_size()\n        running_batch.filter_batch()\n"
+                 "        if running_batch.batch_size() < running_bs:\n            running_batch.batch_is_full = False\n",
+                 "        if running_batch.is_prefill_only:\n            running_batch.filter_batch()\n"
+                 "            if running_batch.is_empty():\n                running_batch.batch_is_full = False\n")),
+    Change("0.5.23", BEHAVIOUR, "the prefill pass stops before matching the next waiting request once its budget is "
+           "spent (AddReqResult.OTHER), so a request that cannot be admitted this pass is not matched against the "
+           "tree: the node split its match made in 0.5.22 is not made (same slots, one node fewer)", None,
+           undo=("sglang/srt/managers/scheduler.py",
+                 "            # A spent pass budget admits no one, even before the first\n"
+                 "            # candidate: the resumed chunk or mixed decode rows can spend it.\n"
+                 "            if adder.budget_state() == AddReqResult.OTHER:\n                break\n", "")),
 )
 
 

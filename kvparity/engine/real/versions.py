@@ -157,6 +157,11 @@ class VersionEntry:
     paged_swa: bool = False
 
     @property
+    def serves_mamba(self) -> bool:
+        """Whether a hybrid linear (Mamba) model's server has a tree: MambaRadixCache or UnifiedRadixCache's MAMBA."""
+        return self.mamba_tree is not None or self.hybrid_tree == "unified"
+
+    @property
     def prefill_only_possible(self) -> bool:
         """Whether a real server of this version ever treats a request as prefill-only."""
         return self.prefill_only_spec_check != "dict is None"
