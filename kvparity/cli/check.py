@@ -76,6 +76,10 @@ def add(commands: argparse._SubParsersAction, parser_class: type) -> None:
                      help="the models scheduler-driven tasks serve, of full (full attention), swa (a sliding-window "
                           "model) and mamba (a hybrid linear model); default: every one both releases serve (the "
                           "hybrid ones real release against real release only)")
+    sub.add_argument("--undo-changes", action="store_true", default=None,
+                     help="play --sglang B with its own changes that kvparity names since --against A undone "
+                          "(kvparity/engine/real/changes.py: those that say how); parity then says the two releases "
+                          "differ by those changes alone (scheduler-driven, real against real)")
     sub.add_argument("--power", metavar="P%",
                      help="play as many scenarios per task (template, or schedule policy and event loop) as rule out, "
                           "with 95%% probability, any difference reached by more than P%% of them (2%%: 149 a task); "

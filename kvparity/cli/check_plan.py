@@ -26,6 +26,7 @@ DRIVE_OPTIONS = (
     ("target", "--target", "harness"),
     ("traffic_examples", "--traffic-examples", "scheduler"),
     ("caches", "--caches", "scheduler"),
+    ("undo_changes", "--undo-changes", "scheduler"),
 )
 
 
@@ -90,12 +91,17 @@ def harness_spec(args: argparse.Namespace, real: Any) -> tuple[Any, int]:
             DEFAULT_REAL_EXAMPLES)
 
 
-def scheduler_spec(real: Any, caches: tuple[str, ...] | None = None) -> Any:
+def scheduler_spec(real: Any, caches: tuple[str, ...] | None = None, undo_changes: bool = False) -> Any:
     """The scheduler drive's two players, or why this run has none (a sentence); ``caches``: the
-    models its tasks serve (None: every one both players serve)."""
+    models its tasks serve (None: every one both players serve); ``undo_changes``: the checked
+    release plays with its own named changes undone (real against real only)."""
     from kvparity.model.traffic import CACHES
     from kvparity.run.scheduler_drive import PlayerSpec, SchedulerSpec
 
+    if undo_changes:
+        problem = undo_problem(real)
+        if problem is not None:
+            return problem
     if caches is not None and (real is None or real.reference is None) and caches != ("full",):
         return (f"--caches {','.join(caches)}: kvparity's model of a scheduler serves full attention only; the "
                 f"hybrid caches are checked real release against real release (--sglang A --against B)")
@@ -106,12 +112,26 @@ def scheduler_spec(real: Any, caches: tuple[str, ...] | None = None) -> Any:
     if real.reference is not None:
         reference = real.reference
         return SchedulerSpec(PlayerSpec("real", reference.path if reference.origin == "path" else reference.version),
-                             checked, caches=caches)
+                             checked, caches=caches, undo_changes=undo_changes)
     version = real.checked.version
     if version in MODELLED_RELEASES:
         return SchedulerSpec(PlayerSpec("model", MODELLED_RELEASES[version]), checked, caches=caches)
     return (f"--sglang {version} alone has no scheduler to be checked against (kvparity models the scheduler of "
             f"{' and '.join(MODELLED_RELEASES)} only): give --against RELEASE")
+
+
+def undo_problem(real: Any) -> str | None:
+    """Why ``--undo-changes`` cannot be played (a sentence), or None."""
+    from kvparity.engine.real.changes import changes_between
+
+    if real is None or real.reference is None:
+        return "--undo-changes undoes a release's named changes: it needs --sglang B --against A, both real"
+    reference, checked = real.reference.version, real.checked.version
+    if real.checked.origin == "path" or not any(c.release == checked and c.undo for c in changes_between(reference,
+                                                                                                         checked)):
+        return (f"--undo-changes: kvparity names no change of {checked} after {reference} that it can undo (see "
+                f"kvparity/engine/real/changes.py)")
+    return None
 
 
 def modelled_worlds(backend: str) -> tuple[tuple[str, str], ...]:
@@ -131,7 +151,7 @@ def check_plans(args: argparse.Namespace, real: Any, jobs: int, budget: float | 
     drive = args.drive or "harness"
     plans = []
     if drive in ("scheduler", "both"):
-        spec = scheduler_spec(real, getattr(args, "caches", None))
+        spec = scheduler_spec(real, getattr(args, "caches", None), bool(getattr(args, "undo_changes", False)))
         if isinstance(spec, str):
             if drive == "scheduler":
                 return f"--drive scheduler: {spec}"

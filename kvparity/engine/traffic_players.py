@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import shutil
 import tempfile
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -36,11 +37,19 @@ class TrafficPlayer(Protocol):
 
     def play(self, scenario: TrafficScenario) -> TrafficRun: ...
 
-    def undone(self, change: Change) -> TrafficPlayer | None:
-        """The same player with ``change`` undone (None: it cannot be undone here); the caller closes it."""
+    def undone(self, changes: Sequence[Change]) -> TrafficPlayer | None:
+        """The same player with every one of ``changes`` undone (None: one cannot be undone here);
+        the caller closes it."""
         ...
 
     def close(self) -> None: ...
+
+
+def undone_label(changes: Sequence[Change]) -> str:
+    """How a player's name says what was undone: the pull request, or "the change"; or how many."""
+    if len(changes) == 1:
+        return changes[0].pull_request or "the change"
+    return f"{len(changes)} named changes of {changes[0].release}"
 
 
 class RealTrafficPlayer:
@@ -78,17 +87,17 @@ class RealTrafficPlayer:
             return TrafficRun(loop=scenario.config.loop, decisions=(), memory=(), outputs={},
                               error=StopError(0, f"{type(exc).__name__}: {exc}"[:500], None))
 
-    def undone(self, change: Change) -> TrafficPlayer | None:
-        """This release with ``change`` undone in a copy of its source (only the release that made
-        the change: its text is where the change put it)."""
-        if change.undo is None or change.release != self.source.version:
+    def undone(self, changes: Sequence[Change]) -> TrafficPlayer | None:
+        """This release with ``changes`` undone in a copy of its source (only changes of the release
+        that made them: their text is where the change put it)."""
+        if not changes or any(c.undo is None or c.release != self.source.version for c in changes):
             return None
         from kvparity.engine.real.install import copy_with_edits, resolve
 
         folder = tempfile.mkdtemp(prefix="kvparity-undone-")
-        copy = copy_with_edits(self.source, [change.undo], Path(folder) / "sglang-copy")
+        copy = copy_with_edits(self.source, [c.undo for c in changes if c.undo], Path(folder) / "sglang-copy")
         player = RealTrafficPlayer(resolve(str(copy)), copy_of=folder)
-        player.name = f"{self.name}, {change.pull_request or 'the change'} undone"
+        player.name = f"{self.name}, {undone_label(changes)} undone"
         return player
 
     def close(self) -> None:
@@ -119,12 +128,12 @@ class ModelTrafficPlayer:
 
         return play_traffic(self.version, scenario, **dict(self.options))
 
-    def undone(self, change: Change) -> TrafficPlayer | None:
-        """The model of this release with ``change`` undone (a change of the release it models)."""
-        if change.model_undo is None or change.release != self.release:
+    def undone(self, changes: Sequence[Change]) -> TrafficPlayer | None:
+        """The model of this release with ``changes`` undone (changes of the release it models)."""
+        if not changes or any(c.model_undo is None or c.release != self.release for c in changes):
             return None
-        player = ModelTrafficPlayer(self.version, self.options + (change.model_undo,))
-        player.name = f"{self.name}, {change.pull_request or 'the change'} undone"
+        player = ModelTrafficPlayer(self.version, self.options + tuple(c.model_undo for c in changes if c.model_undo))
+        player.name = f"{self.name}, {undone_label(changes)} undone"
         return player
 
     def close(self) -> None:
@@ -146,8 +155,8 @@ class CachingPlayer:
             self.results[scenario] = self.player.play(scenario)
         return self.results[scenario]
 
-    def undone(self, change: Change) -> TrafficPlayer | None:
-        return self.player.undone(change)
+    def undone(self, changes: Sequence[Change]) -> TrafficPlayer | None:
+        return self.player.undone(changes)
 
     def close(self) -> None:
         self.player.close()

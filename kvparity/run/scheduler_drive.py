@@ -23,7 +23,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
-from kvparity.engine.real.changes import changes_between
+from kvparity.engine.real.changes import Change, changes_between
 from kvparity.engine.traffic_players import ModelTrafficPlayer, RealTrafficPlayer, TrafficPlayer
 from kvparity.engine.traffic_run import TrafficRun
 from kvparity.judge.admission import TrafficJudgement, judge_traffic, traffic_problems
@@ -87,6 +87,9 @@ class SchedulerSpec:
     policies: tuple[str, ...] = POLICIES
     loops: tuple[str, ...] = LOOPS
     caches: tuple[str, ...] = ("full",)  # the models served (``CACHES``): those both players can serve are drawn
+    # Play the checked release with its own named changes undone (those that say how,
+    # ``kvparity.engine.real.changes``): parity then says the two differ by those changes alone.
+    undo_changes: bool = False
 
     def build(self) -> SchedulerDrive:
         return SchedulerDrive(self)
@@ -107,6 +110,7 @@ class SchedulerDrive:
         self.spec = spec
         self.owns_players = players is None
         self.ref_player, self.checked_player = players or (spec.reference.build(), spec.checked.build())
+        self.undone = self._undo_changes() if spec.undo_changes else ()
         self.reference = self.ref_player.name
         self.checked: tuple[str, ...] = (self.checked_player.name,)
         self.loops = tuple(loop for loop in spec.loops if loop in self.ref_player.loops and loop in self.checked_player.loops)
@@ -114,6 +118,19 @@ class SchedulerDrive:
         # A sliding-window model's pools take a page size only where both releases' do (0.5.8+).
         self.window_pages = (1, 4) if self.ref_player.paged_windows and self.checked_player.paged_windows else (1,)
         self.pool = ThreadPoolExecutor(1)  # the reference plays beside the checked player (real ones are processes)
+
+    def _undo_changes(self) -> tuple[Change, ...]:
+        """Swap in the checked player with its release's named changes undone; the changes."""
+        changes = tuple(c for c in changes_between(self.ref_player.release, self.checked_player.release)
+                        if c.release == self.checked_player.release and (c.undo or c.model_undo))
+        undone = self.checked_player.undone(changes) if changes else None
+        if undone is None:
+            raise ValueError(f"--undo-changes: {self.checked_player.name} has no named change kvparity can undo "
+                             f"(changes of {self.checked_player.release} that say how, after {self.ref_player.release})")
+        if self.owns_players:
+            self.checked_player.close()
+        self.checked_player, self.checked = undone, (undone.name,)
+        return changes
 
     # ---- drawing ----------------------------------------------------------------------------------
     def tasks(self, examples: int, seed: int | None) -> list[Task]:
@@ -223,7 +240,7 @@ class SchedulerDrive:
         memory (nothing of the first symptom's kind) otherwise."""
         scenario = played.scenario
         for change in changes_between(self.ref_player.release, self.checked_player.release):
-            player = self.checked_player.undone(change)
+            player = self.checked_player.undone([change])
             if player is None:
                 continue
             try:
@@ -266,8 +283,9 @@ class SchedulerDrive:
 
     def header(self, verdict: Verdict) -> list[str]:
         """One row per schedule policy and event loop: scenarios, how many differ, of what kind first."""
-        lines = [f"scheduler-driven: {self.checked_player.name} against {self.reference} (reference)",
-                 f"{'policy, loop':<34} {'scenarios':>9} {'differ':>7}  verdict"]
+        lines = [f"scheduler-driven: {self.checked_player.name} against {self.reference} (reference)"]
+        lines += [f"  undone (named finding, {c.kind}): {c.what}" for c in self.undone]
+        lines.append(f"{'policy, loop':<34} {'scenarios':>9} {'differ':>7}  verdict")
         for row in verdict.rows:
             kinds = ", ".join(f"{k} {n}" for k, n in row.kinds.most_common())
             lines.append(f"{row.task:<34} {row.scenarios:>9} {row.differing:>7}  "
@@ -309,6 +327,8 @@ class SchedulerDrive:
         self.pool.shutdown(wait=True)
         if self.owns_players:
             self.ref_player.close()
+            self.checked_player.close()
+        elif self.undone:  # the copy with the changes undone is the drive's own
             self.checked_player.close()
 
 
