@@ -36,6 +36,7 @@ from kvparity.cli.check_plan import (
     DEFAULT_TRAFFIC_EXAMPLES,
     DRIVES,
     CheckPlan,
+    caches_option,
     check_plans,
     drive_option_problem,
     power_problem,
@@ -72,7 +73,7 @@ def add(commands: argparse._SubParsersAction, parser_class: type) -> None:
     sub.add_argument("--traffic-examples", type=int, default=None, metavar="N",
                      help=f"scheduler-driven traffic scenarios per schedule policy and event loop "
                           f"(default {DEFAULT_TRAFFIC_EXAMPLES})")
-    sub.add_argument("--caches", type=_caches, default=None, metavar="C[,C...]",
+    sub.add_argument("--caches", type=caches_option, default=None, metavar="C[,C...]",
                      help="the models scheduler-driven tasks serve, of full (full attention), swa (a sliding-window "
                           "model) and mamba (a hybrid linear model); default: every one both releases serve (the "
                           "hybrid ones real release against real release only)")
@@ -110,17 +111,6 @@ def add(commands: argparse._SubParsersAction, parser_class: type) -> None:
     sub.add_argument("--markdown", metavar="PATH",
                      help="write the verdict table, and the first difference if any, as Markdown (a CI job summary)")
     sub.set_defaults(func=run)
-
-
-def _caches(text: str) -> tuple[str, ...]:
-    """``--caches``'s value: known names, comma-separated, in ``CACHES`` order."""
-    from kvparity.model.traffic import CACHES
-
-    names = [n.strip() for n in text.split(",") if n.strip()]
-    unknown = [n for n in names if n not in CACHES]
-    if unknown or not names:
-        raise argparse.ArgumentTypeError(f"{text!r}: expected some of {', '.join(CACHES)}, comma-separated")
-    return tuple(c for c in CACHES if c in names)
 
 
 def _choose_device(device: str | None) -> str | None:

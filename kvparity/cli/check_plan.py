@@ -42,6 +42,17 @@ class CheckPlan:
     shrink_budget_s: float | None
 
 
+def caches_option(text: str) -> tuple[str, ...]:
+    """``--caches``'s value: known model names, comma-separated, in ``CACHES`` order."""
+    from kvparity.model.traffic import CACHES
+
+    names = [n.strip() for n in text.split(",") if n.strip()]
+    unknown = [n for n in names if n not in CACHES]
+    if unknown or not names:
+        raise argparse.ArgumentTypeError(f"{text!r}: expected some of {', '.join(CACHES)}, comma-separated")
+    return tuple(c for c in CACHES if c in names)
+
+
 def drive_option_problem(args: argparse.Namespace) -> str | None:
     """An option of one drive given to a run of the other, in one sentence."""
     drive = args.drive or "harness"

@@ -15,7 +15,7 @@ import json
 import sys
 from pathlib import Path
 
-from kvparity.cli.check_plan import per_task, power_problem
+from kvparity.cli.check_plan import caches_option, per_task, power_problem
 from kvparity.cli.paths import output_path_problem
 from kvparity.judge.power import CONFIDENCE, percent, rules_out
 from kvparity.run import matrix_shards as shards
@@ -26,7 +26,7 @@ DEFAULT_PER_TEMPLATE = 10  # harness-driven: scenarios per template
 DEFAULT_TRAFFIC = 10  # scheduler-driven: traffic scenarios per policy and loop
 PROFILE = "ci"
 MERGE = "merge"
-RUN_ONLY = ("base", "backend", "examples", "traffic_examples", "power", "jobs", "shard", "seed")  # refused by merge
+RUN_ONLY = ("base", "backend", "examples", "traffic_examples", "power", "jobs", "shard", "seed", "caches")  # refused by merge
 
 
 def add(commands: argparse._SubParsersAction, parser_class: type) -> None:
@@ -55,6 +55,9 @@ def add(commands: argparse._SubParsersAction, parser_class: type) -> None:
                           "decisions, the memory under them, the canary and the in-flight oracle")
     sub.add_argument("--traffic-examples", type=int, default=None, metavar="N",
                      help=f"with --drive scheduler: traffic scenarios per policy and loop (default {DEFAULT_TRAFFIC})")
+    sub.add_argument("--caches", type=caches_option, default=None, metavar="C[,C...]",
+                     help="with --drive scheduler: the models the tasks serve, of full, swa and mamba (default: full "
+                          "attention alone; a hybrid model's tasks are played where both releases serve it)")
     sub.add_argument("--power", metavar="P%",
                      help="scenarios per task (template, or schedule policy and event loop) enough to rule out, with "
                           "95%% probability, a difference reached by more than P%% of them (2%%: 149); instead of "
@@ -86,7 +89,8 @@ def _problem(args: argparse.Namespace) -> str | None:
     if args.traffic_examples is not None and not 1 <= args.traffic_examples <= 10_000:
         return f"--traffic-examples must be from 1 to 10000 (got {args.traffic_examples})"
     for option, attr, applies in (("--examples", "examples", "harness"), ("--backend", "backend", "harness"),
-                                  ("--traffic-examples", "traffic_examples", "scheduler")):
+                                  ("--traffic-examples", "traffic_examples", "scheduler"),
+                                  ("--caches", "caches", "scheduler")):
         if getattr(args, attr) is not None and args.drive != applies:
             return f"{option} is an option of the {applies}-driven matrix, not of --drive {args.drive}"
     problem = power_problem(args)
@@ -152,7 +156,9 @@ def run(args: argparse.Namespace) -> int:
     except RealSGLangError as exc:
         print(f"kvparity matrix: {exc}", file=sys.stderr)
         return USAGE_ERROR
-    plan = shards.plan(args.drive, releases, pairs, backends if args.drive == "harness" else (), examples, args.seed)
+    caches = args.caches or ("full",)
+    plan = shards.plan(args.drive, releases, pairs, backends if args.drive == "harness" else (), examples, args.seed,
+                       caches)
     doc: dict = {"pairs": [], "releases": []}
     if not mine:
         print(f"kvparity matrix: shard {shard} has no pairs to play (the run has {len(pairs)} in {shard.count} "
@@ -160,7 +166,7 @@ def run(args: argparse.Namespace) -> int:
     else:
         try:
             doc = run_matrix(args.drive, sources, mine, examples=examples, seed=args.seed, backends=backends,
-                             shrink_budget_s=DEFAULT_BUDGET_S)
+                             shrink_budget_s=DEFAULT_BUDGET_S, caches=caches)
         except (RealSGLangError, WorkerStartError) as exc:  # a release that installs but does not import here
             print(f"kvparity matrix: {exc}", file=sys.stderr)
             return USAGE_ERROR

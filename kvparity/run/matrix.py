@@ -89,8 +89,9 @@ class Releases:
                 self.open.pop(name).close()
 
 
-def pair_drive(drive: str, releases: Releases, ref: str, other: str) -> Any:
-    """The drive that judges ``other`` against ``ref``, on their kept results."""
+def pair_drive(drive: str, releases: Releases, ref: str, other: str, caches: tuple[str, ...] = ("full",)) -> Any:
+    """The drive that judges ``other`` against ``ref``, on their kept results (``caches``: the models
+    the scheduler drive's tasks serve)."""
     if drive == "harness":
         from kvparity.run.harness_drive import HarnessDrive, HarnessSpec
 
@@ -99,13 +100,14 @@ def pair_drive(drive: str, releases: Releases, ref: str, other: str) -> Any:
         return HarnessDrive(spec, lane=CachingLane([releases.get(ref), releases.get(other)]))
     from kvparity.run.scheduler_drive import PlayerSpec, SchedulerDrive, SchedulerSpec
 
-    pair = SchedulerSpec(PlayerSpec("real", ref), PlayerSpec("real", other))
+    pair = SchedulerSpec(PlayerSpec("real", ref), PlayerSpec("real", other), caches=caches)
     return SchedulerDrive(pair, players=(releases.get(ref), releases.get(other)))
 
 
 def run_matrix(drive: str, sources: dict[str, Any], pairs: list[tuple[str, str]], *, examples: int,
                seed: int | None = None, backends: tuple[str, ...] = ("torch", "triton"),
-               shrink_budget_s: float | None = None, say: Callable[[str], None] = print) -> dict[str, Any]:
+               shrink_budget_s: float | None = None, say: Callable[[str], None] = print,
+               caches: tuple[str, ...] = ("full",)) -> dict[str, Any]:
     """``sources``: release -> ``SGLangSource``; ``pairs``: (reference, release), played in order.
     ``examples``: the drive's own count (harness: scenarios in all; scheduler: per policy and loop).
     Returns the rows of the pairs and the releases' own findings and costs (plain data)."""
@@ -115,7 +117,7 @@ def run_matrix(drive: str, sources: dict[str, Any], pairs: list[tuple[str, str]]
     found: dict[str, dict[str, Any]] = {}
     try:
         for i, (ref, other) in enumerate(pairs):
-            judge = pair_drive(drive, releases, ref, other)
+            judge = pair_drive(drive, releases, ref, other, caches)
             plan = SweepPlan(None, tuple(judge.tasks(examples, seed)),
                              None if shrink_budget_s is None else shrink_budget_s * TIME_CAP,
                              FINDING_BUDGET_S * TIME_CAP, shrink_tries=SHRINK_TRIES)

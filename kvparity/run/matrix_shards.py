@@ -75,9 +75,12 @@ def releases_of(pairs: Sequence[Sequence[str]], releases: Sequence[str]) -> list
 
 
 def plan(drive: str, releases: Sequence[str], pairs: Sequence[Sequence[str]], backends: Sequence[str], examples: int,
-         seed: int | None) -> dict:
-    return {"drive": drive, "releases": list(releases), "release_pairs": [list(p) for p in pairs],
-            "backends": list(backends), "examples": examples, "seed": seed}
+         seed: int | None, caches: Sequence[str] = ("full",)) -> dict:
+    """What a run plays (shards of one run share it; ``caches``: the models the scheduler drive's
+    tasks serve, recorded only where they are not full attention alone)."""
+    out = {"drive": drive, "releases": list(releases), "release_pairs": [list(p) for p in pairs],
+           "backends": list(backends), "examples": examples, "seed": seed}
+    return out if tuple(caches) == ("full",) else dict(out, caches=list(caches))
 
 
 def _row_key(plan: dict, row: dict) -> int:

@@ -42,10 +42,23 @@ def test_the_model_reports_pr_11200s_admission_change_per_policy(tmp_path, capsy
     (["--drive", "scheduler", "--target", "get_last_loc", "--candidate", "examples/last_loc_blocks.py:get_last_loc"],
      "--drive scheduler does not apply to --candidate"),
     (["--drive", "scheduler", "--traffic-examples", "0"], "--traffic-examples must be from 1"),
+    (["--drive", "scheduler", "--caches", "swa"], "kvparity's model of a scheduler serves full attention only"),
+    (["--drive", "scheduler", "--undo-changes"], "--undo-changes undoes a release's named changes: it needs"),
+    (["--caches", "mamba"], "--caches is an option of the scheduler-driven check"),
+    (["--sglang", "0.5.22", "--against", "0.5.21", "--drive", "scheduler", "--undo-changes"],
+     "kvparity names no change of 0.5.22 after 0.5.21 that it can undo"),
 ])
 def test_options_that_do_not_fit_are_refused(argv, problem, capsys):
     assert main(["check", *argv]) == 2
     assert problem in capsys.readouterr().err
+
+
+def test_caches_are_named_from_those_kvparity_serves():
+    from kvparity.cli.check_plan import caches_option
+
+    assert caches_option("mamba,full") == ("full", "mamba")  # in CACHES order
+    with pytest.raises(Exception, match="'gdn': expected some of full, swa, mamba"):
+        caches_option("gdn")
 
 
 def test_a_traffic_scenario_replays_only_scheduler_driven(tmp_path, capsys):
