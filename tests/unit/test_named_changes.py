@@ -21,9 +21,10 @@ def spent_budget() -> TrafficScenario:
 
 def test_every_named_change_that_says_how_to_undo_it_undoes_its_own_release_s_text():
     """An undo is a text the change wrote in its release, found once there (``copy_with_edits``
-    refuses any other); 0.5.23's two are between 0.5.22 and it."""
+    refuses any other); 0.5.23's three are between 0.5.22 and it."""
     assert [c.what[:40] for c in changes_between("0.5.22", "0.5.23") if c.undo] == [
-        "Scheduler.get_next_batch_to_run filters ", "the prefill pass stops before matching t"]
+        "Scheduler.get_next_batch_to_run filters ", "the prefill pass stops before matching t",
+        "the prefill pass's row budget counts the"]
 
 
 def test_0_5_23_s_spent_budget_stop_is_why_its_tree_has_a_node_fewer(release_workers):

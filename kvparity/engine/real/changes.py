@@ -114,6 +114,10 @@ CHANGES: tuple[Change, ...] = (
                  "            # A spent pass budget admits no one, even before the first\n"
                  "            # candidate: the resumed chunk or mixed decode rows can spend it.\n"
                  "            if adder.budget_state() == AddReqResult.OTHER:\n                break\n", "")),
+    Change("0.5.23", ADMISSION, "the prefill pass's row budget counts the rows its admitted requests already hold (a "
+           "continuing chunk's: get_num_allocatable_reqs(num_held_rows=...)), so a new request is admitted beside a "
+           "chunk where 0.5.22's free rows alone stopped it", None,
+           undo=("sglang/srt/managers/scheduler.py", "                num_held_rows=num_held_rows,\n", "")),
 )
 
 
