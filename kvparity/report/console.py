@@ -27,6 +27,7 @@ def console_lines(verdict: Verdict, drive: Any, replay: Callable[[str, Any], str
         lines.append(f"kernels: {world}: allocation {kernels['alloc']}, req_to_token writes {kernels['write']}, "
                      f"radix-tree core {kernels['tree_core']}")
     lines += class_lines(verdict)
+    lines += model_class_lines(verdict, getattr(drive, "model_classes", ()))
     lines += finding_lines(verdict, drive)
     for row in verdict.rows:
         if row.first is not None and (verdict.counts_all or row.first is verdict.shrunk):
@@ -56,6 +57,18 @@ def class_lines(verdict: Verdict) -> list[str]:
         elif not n:
             lines.append(f"  not reached: {cls}")
     return lines
+
+
+def model_class_lines(verdict: Verdict, shown: tuple[str, ...]) -> list[str]:
+    """The classes of a served model's own (``shown``: a hybrid model's), task by task, where a
+    task reached any: counted, not required."""
+    lines = []
+    for row in verdict.rows:
+        reached = [(cls, row.classes[cls]) for cls in shown if row.classes.get(cls)]
+        if reached:
+            lines.append(f"  {row.task}: " + "; ".join(f"{cls.removeprefix('traffic: ')} {n} of {row.scenarios}"
+                                                         for cls, n in reached))
+    return ["classes of the hybrid models, by task:", *lines] if lines else []
 
 
 def finding_lines(verdict: Verdict, drive: Any) -> list[str]:

@@ -29,7 +29,7 @@ from kvparity.engine.traffic_run import TrafficRun
 from kvparity.judge.admission import TrafficJudgement, judge_traffic, traffic_problems
 from kvparity.judge.traffic_classes import rare_counts, traffic_classes
 from kvparity.mem_cache.schedule_policy import POLICIES
-from kvparity.model.classes import TRAFFIC_CHUNK_IN_FLIGHT_FREED, TRAFFIC_REQUIRED
+from kvparity.model.classes import TRAFFIC_CHUNK_IN_FLIGHT_FREED, TRAFFIC_REQUIRED, TRAFFIC_STATE, TRAFFIC_WINDOW
 from kvparity.model.traffic import LOOPS, TrafficScenario, traffic_to_dict
 from kvparity.model.traffic_strategies import traffic_scenarios
 from kvparity.run.candidates import traffic_candidates
@@ -103,6 +103,7 @@ class SchedulerDrive:
     name = "scheduler"
     counts_all = True
     required: tuple[str, ...] = TRAFFIC_REQUIRED
+    model_classes: tuple[str, ...] = TRAFFIC_WINDOW + TRAFFIC_STATE  # shown by task, not required
 
     def __init__(self, spec: SchedulerSpec, players: tuple[TrafficPlayer, TrafficPlayer] | None = None) -> None:
         """``players``: the caller's (reference, checked), closed by the caller; without them, the
