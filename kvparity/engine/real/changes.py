@@ -80,6 +80,12 @@ CHANGES: tuple[Change, ...] = (
            "chunked request's next chunk too; fill_ids become full_untruncated_fill_ids up to fill_len"),
     Change("0.5.15", BEHAVIOUR, "extend_logprob_start_len is computed by the batch (compute_extend_logprob_start_len), "
            "no longer stored on the request; the fill boundary is Req.extend_range"),
+    Change("0.5.16", BEHAVIOUR, "a hybrid model's server builds UnifiedRadixCache with the model's components (FULL and "
+           "SWA, FULL and MAMBA) in place of SWARadixCache and MambaRadixCache (registry.py; the old classes still "
+           "ship): a sliding-window request's tree keeps its window-freed part as a node of its own (4 nodes against "
+           "SWARadixCache's 3 for one request decoding 32 tokens under a window of 8, and another window evictable "
+           "size); a Mamba request that recomputes a cached prefix without a state leaves the full pool with 8 slots "
+           "fewer free (kvparity matrix --caches swa,mamba)"),
     Change("0.5.17", BEHAVIOUR, "evict_from_tree_cache evicts only the shortfall (num_tokens - available_size) instead "
            "of num_tokens, so a retraction or an allocation keeps more of the tree"),
     Change("0.5.18", RENUMBERING, "rows are popped from the tail of the free list (the last freed row is reused first); "
@@ -93,6 +99,10 @@ CHANGES: tuple[Change, ...] = (
            "KV (free_kv_row) and unpins; paged frees wait in staged_pages"),
     Change("0.5.21", BEHAVIOUR, "UnifiedRadixCache builds its tree on a compiled Rust core by default "
            "(SGLANG_UNIFIED_RADIX_TREE_CORE_BACKEND=rust; the Python core stays selectable)"),
+    Change("0.5.21", BEHAVIOUR, "a sliding-window request's out-of-window slots are freed by the tree's SWA component "
+           "(UnifiedRadixCache.evict_sliding_windows) instead of free_swa_out_of_window_slots with the tree's retain "
+           "floor; SWARadixCache and MambaRadixCache are deleted: after a chunked prefill the window pool keeps 3 slots "
+           "more (one request, window 16, chunks of 7; kvparity matrix --caches swa,mamba); Mamba at parity"),
     Change("0.5.22", BEHAVIOUR, "the prefix_len state model: Req.prefix_indices is gone (prefix_len plus the row or the "
            "locked tree path), ChunkCache is gone (a disabled UnifiedRadixCache), the caches take checkpoint_kv_cache / "
            "release_kv_cache(checkpoint=...); a finish repoints the row onto the tree's slots before freeing it, a "
