@@ -81,7 +81,7 @@ def fake_verdict(ref: str, other: str, examples: int) -> tuple[Verdict, HarnessD
     return verdict, drive
 
 
-def fake_run_matrix(drive, sources, pairs, *, examples, seed, backends, shrink_budget_s, say=print):
+def fake_run_matrix(drive, sources, pairs, *, examples, seed, backends, shrink_budget_s, say=print, caches=("full",)):
     releases = Releases(drive, sources, backends)
     for release in dict.fromkeys(r for pair in pairs for r in pair):  # the real one starts each on first use
         releases.get(release)
