@@ -171,6 +171,30 @@ def release_workers(scheduler_workers):
         worker.close()
 
 
+@pytest.fixture
+def mutant_judged(release_workers, tmp_path):
+    """``judged(name, scenario)``: a mutated copy of a release (``real_zoo``) against the release it
+    mutates, on one traffic scenario: the judgement and the copy's run. It asserts first that the
+    release against itself agrees (the difference is the mutant's)."""
+    from kvparity.engine.real.install import resolve
+    from kvparity.engine.traffic_players import RealTrafficPlayer
+    from kvparity.judge.admission import judge_traffic
+    from kvparity.teeth.real_zoo import REAL_MUTANTS_BY_NAME, make_mutated_copy
+
+    def judged(name, scenario):
+        mutant = REAL_MUTANTS_BY_NAME[name]
+        release = RealTrafficPlayer(resolve(mutant.against), release_workers(mutant.against))
+        broken = RealTrafficPlayer(resolve(str(make_mutated_copy(resolve(mutant.version), mutant, tmp_path / name))))
+        try:
+            theirs, ours = release.play(scenario), broken.play(scenario)
+            assert judge_traffic(scenario, theirs, release.play(scenario), release.world_id, release.world_id).agree
+            return judge_traffic(scenario, theirs, ours, release.world_id, broken.world_id), ours
+        finally:
+            broken.close()
+
+    return judged
+
+
 @pytest.fixture(scope="session")
 def scheduler_workers():
     from kvparity.engine.real.install import resolve

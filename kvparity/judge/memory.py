@@ -148,17 +148,26 @@ class MemoryDifference:
         return f"iteration {self.iteration}: memory differs: {self.what}: {self.detail}"
 
 
+def _pool_difference(pool: str, a: WindowState | MambaState | None,
+                     b: WindowState | MambaState | None) -> tuple[str, str] | None:
+    """A hybrid pool present in one run only, or its sizes (available, evictable, protected) apart."""
+    if a is None or b is None:
+        return None if a is b else (f"{pool} pool", f"{'none' if b is None else 'one'} against the reference's "
+                                                   f"{'none' if a is None else 'one'}")
+    for attr in ("available_size", "evictable_size", "protected_size"):
+        if getattr(a, attr) != getattr(b, attr):
+            return f"{pool} {attr}", f"{getattr(b, attr)} != {getattr(a, attr)}"
+    return None
+
+
 def window_difference(ref: Snapshot, got: Snapshot, exact: bool) -> tuple[str, str] | None:
     """The first way two runs' window pools differ after an iteration: their sizes and how many
     full slots hold a window slot (numbers no renumbering changes), and, ``exact`` (the same
     release), which ones and what is free."""
     a, b = ref.window, got.window
-    if a is None or b is None:
-        return None if a is b else ("window pool", f"{'none' if b is None else 'one'} against the reference's "
-                                                   f"{'none' if a is None else 'one'}")
-    for attr in ("available_size", "evictable_size", "protected_size"):
-        if getattr(a, attr) != getattr(b, attr):
-            return f"window {attr}", f"{getattr(b, attr)} != {getattr(a, attr)}"
+    sizes = _pool_difference("window", a, b)
+    if sizes is not None or a is None or b is None:
+        return sizes
     if len(a.mapped) != len(b.mapped):
         return "window slots held", f"{len(b.mapped)} full slots hold one, against the reference's {len(a.mapped)}"
     if exact and a.mapped != b.mapped:
@@ -173,12 +182,9 @@ def states_difference(ref: Snapshot, got: Snapshot, exact: bool) -> tuple[str, s
     rows and the tree hold (numbers no renumbering changes), and, ``exact`` (the same release),
     which ones and what is free."""
     a, b = ref.states, got.states
-    if a is None or b is None:
-        return None if a is b else ("state pool", f"{'none' if b is None else 'one'} against the reference's "
-                                                  f"{'none' if a is None else 'one'}")
-    for attr in ("available_size", "evictable_size", "protected_size"):
-        if getattr(a, attr) != getattr(b, attr):
-            return f"state {attr}", f"{getattr(b, attr)} != {getattr(a, attr)}"
+    sizes = _pool_difference("state", a, b)
+    if sizes is not None or a is None or b is None:
+        return sizes
     if (len(a.rows), len(a.tree)) != (len(b.rows), len(b.tree)):
         return "state slots held", (f"{len(b.rows)} rows and the tree's {len(b.tree)}, against the reference's "
                                     f"{len(a.rows)} and {len(a.tree)}")

@@ -93,27 +93,13 @@ def test_a_sliding_window_model_is_served_to_the_end_under_each_release_s_own_ch
     ("swa-frontier-one-past", "memory", "window available_size", True),
     ("swa-free-keeps-mapping", "oracle", "window slots conserved", False),
 ])
-def test_a_window_mutant_of_a_release_is_caught_where_its_window_goes_wrong(release_workers, tmp_path, name, kind,
-                                                                           what, wrong_reads):
+def test_a_window_mutant_of_a_release_is_caught_where_its_window_goes_wrong(mutant_judged, name, kind, what,
+                                                                           wrong_reads):
     """A copy of 0.5.23 that frees one window slot too many differs from the release in its window
     pool under the same decisions, and its forwards read a freed window slot (the canary's window
     layer); one that frees window pages but leaves them mapped breaks the window oracle. The release
     against itself agrees."""
-    from kvparity.engine.real.install import resolve
-    from kvparity.engine.traffic_players import RealTrafficPlayer
-    from kvparity.judge.admission import judge_traffic
-    from kvparity.teeth.real_zoo import REAL_MUTANTS_BY_NAME, make_mutated_copy
-
-    mutant = REAL_MUTANTS_BY_NAME[name]
-    release = RealTrafficPlayer(resolve(mutant.against), release_workers(mutant.against))
-    broken = RealTrafficPlayer(resolve(str(make_mutated_copy(resolve(mutant.version), mutant, tmp_path / "copy"))))
-    scenario = window_scenario("normal")
-    try:
-        theirs, ours = release.play(scenario), broken.play(scenario)
-        judgement = judge_traffic(scenario, theirs, ours, release.world_id, broken.world_id)
-        assert judge_traffic(scenario, theirs, release.play(scenario), release.world_id, release.world_id).agree
-    finally:
-        broken.close()
+    judgement, ours = mutant_judged(name, window_scenario("normal"))
     assert judgement.kind == kind and judgement.decision is None, judgement.line()
     assert what in judgement.line(), judgement.line()
     reads = [read for snap in ours.memory for read in snap.record.canary]
