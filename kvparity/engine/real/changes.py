@@ -84,8 +84,8 @@ CHANGES: tuple[Change, ...] = (
            "SWA, FULL and MAMBA) in place of SWARadixCache and MambaRadixCache (registry.py; the old classes still "
            "ship): a sliding-window request's tree keeps its window-freed part as a node of its own (4 nodes against "
            "SWARadixCache's 3 for one request decoding 32 tokens under a window of 8, and another window evictable "
-           "size); a Mamba request that recomputes a cached prefix without a state leaves the full pool with 8 slots "
-           "fewer free (kvparity matrix --caches swa,mamba)"),
+           "size); when a Mamba state eviction removes a leaf, its parent left without a state (no match can end there) "
+           "keeps its KV, evictable, where MambaRadixCache frees it too (kvparity matrix --caches swa,mamba)"),
     Change("0.5.17", BEHAVIOUR, "evict_from_tree_cache evicts only the shortfall (num_tokens - available_size) instead "
            "of num_tokens, so a retraction or an allocation keeps more of the tree"),
     Change("0.5.18", RENUMBERING, "rows are popped from the tail of the free list (the last freed row is reused first); "
