@@ -6,6 +6,7 @@ one sentence (exit 2), never silently ignored."""
 from __future__ import annotations
 
 import argparse
+import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
@@ -25,7 +26,6 @@ DRIVE_OPTIONS = (
     ("profile", "--profile", "harness"),
     ("target", "--target", "harness"),
     ("traffic_examples", "--traffic-examples", "scheduler"),
-    ("caches", "--caches", "scheduler"),
     ("undo_changes", "--undo-changes", "scheduler"),
 )
 
@@ -155,6 +155,21 @@ def modelled_worlds(backend: str) -> tuple[tuple[str, str], ...]:
     return (reference, *others)
 
 
+def harness_models(real: Any, caches: tuple[str, ...] | None) -> tuple[str, ...] | str:
+    """The models the harness drive's worlds serve, one plan each: full attention unless
+    ``--caches`` names others (a hybrid model: real against real, where both releases serve it;
+    not by default, it multiplies the drive's time), or why not (a sentence)."""
+    if caches is None:
+        return ("full",)
+    hybrid = [c for c in caches if c != "full"]
+    if hybrid and (real is None or real.reference is None):
+        return (f"--caches {','.join(caches)}: the harness drive plays a hybrid model real release against real "
+                f"release only (--sglang A --against B)")
+    serves = {"swa": True, "mamba": bool(real and real.reference and real.reference.entry.serves_mamba
+                                          and real.checked.entry.serves_mamba)}
+    return tuple(c for c in caches if c == "full" or serves[c])
+
+
 def check_plans(args: argparse.Namespace, real: Any, jobs: int, budget: float | None) -> list[CheckPlan] | str:
     """The run's drives in the order they run (the scheduler-driven half first), or why the run
     cannot be made (a sentence, exit 2). ``--drive both`` without a scheduler to check drops that
@@ -176,5 +191,9 @@ def check_plans(args: argparse.Namespace, real: Any, jobs: int, budget: float | 
 
         power = per_task(args)  # the harness drive's count is in all, shared out over the templates
         count = power * len(TEMPLATES) if power else args.examples or default
-        plans.append(CheckPlan("harness", spec, count, args.seed, jobs, budget))
+        models = harness_models(real, getattr(args, "caches", None))
+        if isinstance(models, str):
+            return models
+        plans += [CheckPlan("harness", dataclasses.replace(spec, model=model), count, args.seed, jobs, budget)
+                  for model in models]
     return plans

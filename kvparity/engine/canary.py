@@ -25,6 +25,7 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -73,6 +74,15 @@ class StateView:
 
 
 EMPTY_STATE: tuple[int, int, int] = (UNSTAMPED, UNSTAMPED, UNSTAMPED)  # the state before any token
+
+
+def hybrid_views(world: Any, requests: list[ForwardRequest]) -> tuple[WindowView | None, StateView | None]:
+    """A hybrid model's layers as a forward of ``requests`` sees them now, in ``world``: a
+    sliding-window model's window layer, a Mamba model's state slots (None for what it lacks)."""
+    window = getattr(world, "window", None)
+    view = None if window is None else WindowView(window.size, world.allocator.full_to_swa_index_mapping.numpy(force=True))
+    states = None if getattr(world, "mamba", None) is None else world.state_view({r.rid: r.row for r in requests})
+    return view, states
 
 
 @dataclass

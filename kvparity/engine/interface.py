@@ -66,6 +66,11 @@ class SchedulerWorld(Protocol):
         """Evict from the tree."""
         ...
 
+    def refuse(self, req: Any) -> None:
+        """A request matched this pass and not admitted: what the scheduler gives back (a Mamba
+        model's state slot its match took, where the release frees it)."""
+        ...
+
     def out_of_memory(self, exc: BaseException) -> Exhausted | None:
         """What ran out, when ``exc`` is the world's out-of-memory error, else None."""
         ...

@@ -12,11 +12,11 @@ knows each request's live columns (the sequence length of the last forward that 
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from kvparity.engine.canary import ForwardRequest, KVCanary, Launch, StateView, WindowView
+from kvparity.engine.canary import ForwardRequest, KVCanary, Launch, hybrid_views
 from kvparity.engine.scheduler import StageRecord
 from kvparity.engine.snapshot import RequestView, Snapshot, full_allocator, iteration_snapshot, memory_view
 from kvparity.model.poison import POISON
@@ -71,25 +71,12 @@ class IterationRecorder:
         """A batch's forward reads the table now (as it is launched) and stamps its new slots."""
         t0 = time.perf_counter()
         table = self.world.req_to_token_pool.req_to_token.numpy(force=True)  # a view on the CPU
-        launch = self.canary.launch(iteration, requests, {r.row: table[r.row] for r in requests}, self._window(),
-                                    self._states(requests))
+        launch = self.canary.launch(iteration, requests, {r.row: table[r.row] for r in requests},
+                                    *hybrid_views(self.world, requests))
         for req in requests:
             self.slotted[req.rid] = req.seq_len
         self.seconds += time.perf_counter() - t0
         return launch
-
-    def _window(self) -> WindowView | None:
-        """A sliding-window model's window layer as a forward sees it now (None for full attention)."""
-        window = getattr(self.world, "window", None)
-        if window is None:
-            return None
-        return WindowView(window.size, self.world.allocator.full_to_swa_index_mapping.numpy(force=True))
-
-    def _states(self, requests: list[ForwardRequest]) -> StateView | None:
-        """A Mamba model's state slots as a forward sees them now (None for any other model)."""
-        if getattr(self.world, "mamba", None) is None:
-            return None
-        return self.world.state_view({r.rid: r.row for r in requests})
 
     def land(self, launch: Launch, changed: list[tuple[str, int, int]]) -> list[bool]:
         t0 = time.perf_counter()
@@ -99,8 +86,10 @@ class IterationRecorder:
 
     # ---- after every iteration ---------------------------------------------------------------------
     def snapshot(self, decision: Decision, out_cache_loc: Sequence[int] | None, launch: Launch | None,
-                 requests: dict[str, RequestState], accounting: tuple[tuple[str, float], ...] = ()) -> Snapshot:
-        """Memory after the iteration whose batch is ``decision`` (its forward ``launch``)."""
+                 requests: dict[str, RequestState], accounting: tuple[tuple[str, float], ...] = (),
+                 reqs: Iterable[Any] = ()) -> Snapshot:
+        """Memory after the iteration whose batch is ``decision`` (its forward ``launch``); ``reqs``:
+        the player's waiting SGLang requests (a Mamba model's may hold a state slot)."""
         t0 = time.perf_counter()
         table = self.world.req_to_token_pool.req_to_token
         pending = self._pending(requests)
@@ -111,7 +100,8 @@ class IterationRecorder:
             out_cache_loc=None if out_cache_loc is None else tuple(int(s) for s in out_cache_loc),
             canary=tuple(launch.violations) if launch is not None else (),
         )
-        snap = iteration_snapshot(self.world, self.radix, record, views, width=self.width, accounting=accounting)
+        snap = iteration_snapshot(self.world, self.radix, record, views, width=self.width, accounting=accounting,
+                                  reqs=reqs)
         self.seconds += time.perf_counter() - t0
         return snap
 

@@ -26,7 +26,7 @@ from typing import Any
 
 import torch
 
-from kvparity.engine.canary import ForwardRequest, KVCanary
+from kvparity.engine.canary import ForwardRequest, KVCanary, hybrid_views
 from kvparity.engine.interface import SchedulerWorld
 from kvparity.mem_cache.errors import Exhausted
 from kvparity.model.contract import batch_prefix_violations
@@ -131,7 +131,7 @@ class Scheduler:
         table = self.pool.req_to_token
         rows = sorted({r.row for r in requests})
         read = dict(zip(rows, table[rows].numpy(force=True))) if rows else {}
-        launch = self.canary.launch(record.step, requests, read)
+        launch = self.canary.launch(record.step, requests, read, *hybrid_views(self.world, requests))
         self.canary.land(launch, [])
         record.canary = tuple(launch.violations)
         for req, ok, h in zip(requests, launch.read_ok, launch.last_hashes):
@@ -235,9 +235,11 @@ class Scheduler:
             need = ceil_to_page(req.extend_input_len, ps)
             if need > budget - reserve:
                 if reserve:
+                    self.world.refuse(req)
                     continue
                 cut = int(budget) // ps * ps
                 if cut <= 0:
+                    self.world.refuse(req)
                     break  # SGLang admits nothing more in this batch
                 self.world.admit(req, cut, continuing=False)
                 new_chunked = rid

@@ -13,6 +13,7 @@ from __future__ import annotations
 import base64
 import dataclasses
 import functools
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -89,15 +90,19 @@ class MambaState:
     available_size: int
     evictable_size: int = 0
     protected_size: int = 0
+    # Slots requests without a row hold, sorted: a waiting request's match took one (before 0.5.10
+    # a refused request keeps it for its admission; from 0.5.10 the scheduler frees it).
+    waiting: tuple[int, ...] = ()
 
     def to_plain(self) -> dict[str, Any]:
         return {**dataclasses.asdict(self), "slots": list(self.slots), "rows": [list(pair) for pair in self.rows],
-                "tree": list(self.tree), "free": list(self.free)}
+                "tree": list(self.tree), "free": list(self.free), "waiting": list(self.waiting)}
 
     @classmethod
     def from_plain(cls, data: dict[str, Any]) -> MambaState:
         return cls(**{**data, "slots": tuple(data["slots"]), "rows": tuple((int(r), int(s)) for r, s in data["rows"]),
-                      "tree": tuple(data["tree"]), "free": tuple(data["free"])})
+                      "tree": tuple(data["tree"]), "free": tuple(data["free"]),
+                      "waiting": tuple(data.get("waiting", ()))})
 
 
 @dataclass(frozen=True)
@@ -248,17 +253,18 @@ def take_snapshot(scheduler: Scheduler, record: StageRecord) -> Snapshot:
         record=record,
         req_to_token=table,
         requests={rid: _request_view(scheduler, rid, rows, read.get(rid)) for rid in scheduler.reqs},
-        **_world_state(scheduler.world, scheduler.radix),
+        **_world_state(scheduler.world, scheduler.radix,
+                       [req for rid, req in scheduler.reqs.items() if scheduler.status[rid] == "waiting"]),
     )
 
 
 def iteration_snapshot(world: Any, radix: bool, record: StageRecord, requests: dict[str, RequestView], *,
-                       width: int, accounting: tuple[tuple[str, float], ...] = ()) -> Snapshot:
+                       width: int, accounting: tuple[tuple[str, float], ...] = (), reqs: Iterable[Any] = ()) -> Snapshot:
     """An iteration of a scheduler's event loop (scheduler-driven): the table's first ``width``
     columns only (a traffic run's rows are wider than any of its sequences; past them every cell
     still holds the poison, which the player checks), the requests' ``memory_view``s."""
     return Snapshot(record=record, req_to_token=_host_copy(world.req_to_token_pool.req_to_token[:, :width]),
-                    requests=requests, accounting=accounting, **_world_state(world, radix))
+                    requests=requests, accounting=accounting, **_world_state(world, radix, reqs))
 
 
 def full_allocator(allocator: Any) -> Any:
@@ -302,10 +308,11 @@ def state_allocator(req_to_token_pool: Any) -> Any:
 
 
 def mamba_state(req_to_token_pool: Any, tree: Any, radix: bool, slots: tuple[int, ...],
-                rows: tuple[int, ...]) -> MambaState | None:
+                rows: tuple[int, ...], reqs: Iterable[Any] = ()) -> MambaState | None:
     """The state pool of a Mamba model's request pool (None for a request pool without one);
     ``slots`` and ``rows``: the pool's state slots and request rows, as its free lists held them
-    when built (a padding row or slot is neither)."""
+    when built (a padding row or slot is neither); ``reqs``: the player's waiting SGLang requests
+    (a match may have taken a slot for one)."""
     allocator = state_allocator(req_to_token_pool)
     if allocator is None:
         return None
@@ -313,11 +320,23 @@ def mamba_state(req_to_token_pool: Any, tree: Any, radix: bool, slots: tuple[int
     mapping = _host_copy(req_to_token_pool.req_index_to_mamba_index_mapping).tolist()
     kept = tree_state_slots(tree) if radix else []
     return MambaState(
-        slots=slots, rows=tuple((row, int(mapping[row])) for row in in_use),
+        slots=slots, rows=tuple((row, int(mapping[row])) for row in in_use), waiting=_waiting_slots(reqs),
         tree=tuple(sorted(int(s) for s in kept)), free=tuple(int(s) for s in _host_copy(allocator.free_slots).tolist()),
         available_size=int(allocator.available_size()),
         evictable_size=int(tree.mamba_evictable_size()) if radix else 0,
         protected_size=int(tree.mamba_protected_size()) if radix else 0)
+
+
+def _waiting_slots(reqs: Iterable[Any]) -> tuple[int, ...]:
+    """The state slots of waiting requests that hold no row (the state fields are on ``req.kv``
+    from 0.5.19)."""
+    held = []
+    for req in reqs:
+        kv = getattr(req, "kv", req)
+        slot = getattr(kv, "mamba_pool_idx", None)
+        if slot is not None and getattr(kv, "req_pool_idx", None) is None:
+            held.append(int(slot))
+    return tuple(sorted(held))
 
 
 def tree_state_slots(tree: Any) -> list[int]:
@@ -338,8 +357,9 @@ def full_sizes(tree: Any) -> tuple[int, int]:
         return int(tree.full_evictable_size()), int(tree.full_protected_size())
 
 
-def _world_state(world: Any, radix: bool) -> dict[str, Any]:
-    """The pools', the allocator's and the tree's part of a snapshot."""
+def _world_state(world: Any, radix: bool, reqs: Iterable[Any] = ()) -> dict[str, Any]:
+    """The pools', the allocator's and the tree's part of a snapshot (``reqs``: the player's waiting
+    SGLang requests, for the state slots their matches took)."""
     allocator = full_allocator(world.allocator)
     tree = tuple(tuple(e) for e in world.tree_contents()) if radix else ()
     evictable, protected = full_sizes(world.tree_cache) if radix else (0, 0)
@@ -354,7 +374,7 @@ def _world_state(world: Any, radix: bool) -> dict[str, Any]:
         "protected_size": protected,
         "window": window_state(world.allocator, world.tree_cache, radix),
         "states": None if getattr(world, "mamba", None) is None else mamba_state(
-            world.req_to_token_pool, world.tree_cache, radix, world.state_slots, world.request_rows),
+            world.req_to_token_pool, world.tree_cache, radix, world.state_slots, world.request_rows, reqs),
     }
 
 

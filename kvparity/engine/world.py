@@ -102,6 +102,9 @@ class World:
         """Evict ``num_tokens`` from the tree (RealWorld: in the form the release's evict takes)."""
         self.tree_cache.evict(num_tokens)
 
+    def refuse(self, req: Any) -> None:
+        """Nothing: kvparity's worlds serve full attention, whose match takes nothing."""
+
     def release_pages(self) -> torch.Tensor:
         """Freed pages waiting for the next sort (RealWorld reads each release's own store)."""
         return self.allocator.release_pages

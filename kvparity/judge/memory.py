@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 from kvparity.engine.snapshot import MambaState, Snapshot, WindowState
 from kvparity.judge.compare import RENUMBERED_BETWEEN_RELEASES, compare, known_between
-from kvparity.judge.oracles import conservation
+from kvparity.judge.oracles import conservation, states_conserved, window_conserved
 from kvparity.judge.renumber import DIVERGENT, renumbering_verdict
 from kvparity.model.worlds import Geometry, WorldId
 
@@ -53,52 +53,6 @@ def rows_conserved(snap: Snapshot) -> list[str]:
         problems.append(f"rows both free and held: {free_and_held[:6]}")
     if len(set(snap.free_rows)) != len(snap.free_rows):
         problems.append(f"rows free twice: {sorted(r for r, n in Counter(snap.free_rows).items() if n > 1)[:6]}")
-    return problems
-
-
-def window_conserved(window: WindowState) -> list[str]:
-    """A sliding-window model's window pool: every window slot is mapped from at most one full
-    slot, no mapped slot lies on a free page, no page is free twice, the padding page 0 is never
-    free, and every other page is free or holds a mapped slot (SGLang frees a window page when the
-    last full slot mapping into it lets go)."""
-    problems = []
-    page = window.page_size
-    owners = Counter(w for _, w in window.mapped)
-    twice = sorted(w for w, n in owners.items() if n > 1)
-    if twice:
-        problems.append(f"window slots mapped from two full slots: {twice[:6]}")
-    free = Counter(window.free)
-    if [p for p, n in free.items() if n > 1]:
-        problems.append(f"window pages free twice: {sorted(p for p, n in free.items() if n > 1)[:6]}")
-    if 0 in free:
-        problems.append("the window's padding page 0 is on its free list")
-    on_free = sorted(w for w in owners if w // page in free)
-    if on_free:
-        problems.append(f"mapped window slots on a free page: {on_free[:6]}")
-    held = {w // page for w in owners}
-    lost = sorted(set(range(1, window.slots // page + 1)) - held - set(free))
-    if lost:
-        problems.append(f"window pages neither free nor mapped (leaked): {lost[:6]}")
-    return problems
-
-
-def states_conserved(states: MambaState) -> list[str]:
-    """A Mamba model's state pool: every slot is exactly one of free, kept by the tree, or named by a
-    request row in use (a request restoring a state from the tree gets a copy in a slot of its own),
-    and nothing else is handed out."""
-    places = Counter(states.free) + Counter(states.tree) + Counter(slot for _, slot in states.rows)
-    problems = []
-    twice = sorted(s for s, n in places.items() if n > 1)
-    if twice:
-        problems.append(f"state slots in two places at once (free, the tree, a row): {twice[:6]}")
-    stray = sorted(set(places) - set(states.slots))
-    if stray:
-        problems.append(f"state slots that are no slots of the pool: {stray[:6]}")
-    lost = sorted(set(states.slots) - set(places))
-    if lost:
-        problems.append(f"state slots neither free, nor kept by the tree, nor a row's (leaked): {lost[:6]}")
-    if states.available_size != len(states.free):
-        problems.append(f"state available_size {states.available_size} is not the {len(states.free)} free slots")
     return problems
 
 

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from kvparity.engine.snapshot import Snapshot
+from kvparity.engine.snapshot import MambaState, Snapshot, WindowState
 from kvparity.model.poison import POISON
 from kvparity.model.records import LogprobAdmission
 from kvparity.model.scenario import Scenario
@@ -55,7 +55,61 @@ def check_stage(scenario: Scenario, before: Snapshot, after: Snapshot) -> list[s
     problems += cached_row_names_prefix(scenario, after)
     problems += logprob_start_respected(after)
     problems += conservation(scenario.geometry, after)
+    problems += hybrid_pools_conserved(after)
     return [f"step {record.step} {record.kind}: {p}" for p in problems]
+
+
+def hybrid_pools_conserved(after: Snapshot) -> list[str]:
+    """A hybrid model's second pool (none for full attention): the window's or the states'."""
+    found = [] if after.window is None else [f"window slots conserved: {p}" for p in window_conserved(after.window)]
+    return found + ([] if after.states is None else [f"state slots conserved: {p}" for p in states_conserved(after.states)])
+
+
+def window_conserved(window: WindowState) -> list[str]:
+    """A sliding-window model's window pool: every window slot is mapped from at most one full
+    slot, no mapped slot lies on a free page, no page is free twice, the padding page 0 is never
+    free, and every other page is free or holds a mapped slot (SGLang frees a window page when the
+    last full slot mapping into it lets go)."""
+    problems = []
+    page = window.page_size
+    owners = Counter(w for _, w in window.mapped)
+    twice = sorted(w for w, n in owners.items() if n > 1)
+    if twice:
+        problems.append(f"window slots mapped from two full slots: {twice[:6]}")
+    free = Counter(window.free)
+    if [p for p, n in free.items() if n > 1]:
+        problems.append(f"window pages free twice: {sorted(p for p, n in free.items() if n > 1)[:6]}")
+    if 0 in free:
+        problems.append("the window's padding page 0 is on its free list")
+    on_free = sorted(w for w in owners if w // page in free)
+    if on_free:
+        problems.append(f"mapped window slots on a free page: {on_free[:6]}")
+    held = {w // page for w in owners}
+    lost = sorted(set(range(1, window.slots // page + 1)) - held - set(free))
+    if lost:
+        problems.append(f"window pages neither free nor mapped (leaked): {lost[:6]}")
+    return problems
+
+
+def states_conserved(states: MambaState) -> list[str]:
+    """A Mamba model's state pool: every slot is exactly one of free, kept by the tree, named by a
+    request row in use (a request restoring a state from the tree gets a copy in a slot of its own)
+    or held by a waiting request (before 0.5.10, one its match took), and nothing else is handed out."""
+    places = (Counter(states.free) + Counter(states.tree) + Counter(slot for _, slot in states.rows)
+              + Counter(states.waiting))
+    problems = []
+    twice = sorted(s for s, n in places.items() if n > 1)
+    if twice:
+        problems.append(f"state slots in two places at once (free, the tree, a row, a waiting request): {twice[:6]}")
+    stray = sorted(set(places) - set(states.slots))
+    if stray:
+        problems.append(f"state slots that are no slots of the pool: {stray[:6]}")
+    lost = sorted(set(states.slots) - set(places))
+    if lost:
+        problems.append(f"state slots neither free, nor kept by the tree, nor a request's (leaked): {lost[:6]}")
+    if states.available_size != len(states.free):
+        problems.append(f"state available_size {states.available_size} is not the {len(states.free)} free slots")
+    return problems
 
 
 def kv_canary(after: Snapshot) -> list[str]:

@@ -281,13 +281,23 @@ def _kv_slots(draw, template: Template, ps: int, prompts, steps: int, rows: int)
     return -(-need // ps) * ps
 
 
+def hybrid_templates(paged: bool) -> tuple[Template, ...]:
+    """The templates a hybrid model's world plays: those with the radix cache (a hybrid model's
+    chunk cache is not driven), and, where its pools take page size 1 only, not the paged ones."""
+    return tuple(t for t in TEMPLATES if "radix" in t.caches and (paged or not t.paged))
+
+
 @st.composite
-def scenarios(draw, shape: Shape | None = None, templates: tuple[Template, ...] = TEMPLATES) -> Scenario:
+def scenarios(draw, shape: Shape | None = None, templates: tuple[Template, ...] = TEMPLATES,
+              page_sizes: tuple[int, ...] | None = None, radix_only: bool = False) -> Scenario:
+    """``page_sizes``: only these (a model whose pools take no other; None: the shape's);
+    ``radix_only``: the radix cache only (a hybrid model's: ``hybrid_templates`` says which
+    templates can)."""
     shape = shape or current_shape()
     template = draw(st.sampled_from(templates), label="template")
-    page_sizes = tuple(p for p in shape.page_sizes if p > 1) if template.paged else shape.page_sizes
-    ps = draw(st.sampled_from(page_sizes), label="page size")
-    cache = draw(st.sampled_from(template.caches), label="cache")
+    sizes = page_sizes or shape.page_sizes
+    ps = draw(st.sampled_from(tuple(p for p in sizes if p > 1) if template.paged else sizes), label="page size")
+    cache = draw(st.sampled_from(("radix",) if radix_only else template.caches), label="cache")
     n = draw(st.integers(1, min(shape.max_requests, 16 if not template.long_prompts else 3)), label="requests")
     if shape.max_requests > 16 and draw(st.booleans()):
         n = draw(st.integers(17, shape.max_requests))

@@ -17,6 +17,7 @@ LOOPS = ("normal", "overlap")
 # The models a server may serve: full attention only, a hybrid sliding-window model or a hybrid
 # linear (Mamba) model (issue 34).
 CACHES = ("full", "swa", "mamba")
+CACHE_NAMES = {"full": "full attention", "swa": "sliding window", "mamba": "Mamba"}  # as reports name them
 # A sliding-window server's window pool, as a share of its full pool (SGLang's default
 # ``--swa-full-tokens-ratio``).
 SWA_FULL_TOKENS_RATIO = 0.8

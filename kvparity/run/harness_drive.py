@@ -15,7 +15,8 @@ from typing import Any
 from kvparity.judge.compare import KNOWN_VERSION_DIFFERENCES, RENUMBERED_BETWEEN_RELEASES
 from kvparity.model.classes import REQUIRED
 from kvparity.model.scenario import Scenario, scenario_to_dict
-from kvparity.model.strategies import TEMPLATES, scenarios
+from kvparity.model.strategies import TEMPLATES, hybrid_templates, scenarios
+from kvparity.model.traffic import CACHE_NAMES, CACHES
 from kvparity.model.worlds import WorldId
 from kvparity.report.failure import first_difference_line, format_failure
 from kvparity.run.candidates import step_candidates
@@ -44,6 +45,9 @@ class HarnessSpec:
     tree_class: str | None = None
     real_reference: bool = False
     counts_all: bool = False  # play every scenario and count the differing ones (the release matrix)
+    # The model the real worlds serve (``kvparity.model.traffic.CACHES``): a hybrid one is played by
+    # real releases only (``real_reference``), on the templates its worlds take.
+    model: str = "full"
 
     def build(self) -> HarnessDrive:
         return HarnessDrive(self)
@@ -63,22 +67,33 @@ class HarnessDrive:
         if self.owns_lane:
             from kvparity.engine.real.lane import RealLane
 
-            lane = RealLane(list(spec.real), spec.backends, tree_class=spec.tree_class)
+            lane = RealLane(list(spec.real), spec.backends, tree_class=spec.tree_class, model=spec.model)
         self.lane = lane
         names = tuple(str(WorldId.modelled(v, b)) for v, b in spec.worlds)
         real = tuple(lane.names) if lane is not None else ()
         self.worlds = real if spec.real_reference else names + real
         self.reference, self.checked = self.worlds[0], self.worlds[1:]
+        # A hybrid model's worlds: the radix cache, page sizes their pools take (a window pool's
+        # above 1 where every release's takes them; a Mamba tree's 1 only).
+        paged = spec.model == "swa" and lane is not None and all(s.entry.paged_swa for s in lane.sources)
+        self.templates = TEMPLATES if spec.model == "full" else hybrid_templates(paged)
+        self.page_sizes = None if spec.model == "full" or paged else (1,)
 
     # ---- drawing ----------------------------------------------------------------------------------
     def tasks(self, examples: int, seed: int | None) -> list[Task]:
         """One task per template, ``examples`` shared out evenly (at least one each)."""
         n = per_template(examples)
-        return [task for index, template in enumerate(TEMPLATES)
-                for task in shards(template.name, (index,), n, seed, index)]
+        if self.spec.model == "full":
+            return [task for index, template in enumerate(TEMPLATES)
+                    for task in shards(template.name, (index,), n, seed, index)]
+        offset = len(TEMPLATES) * CACHES.index(self.spec.model)  # other draws than full attention's
+        return [task for index, template in enumerate(self.templates)
+                for task in shards(f"{template.name}, {CACHE_NAMES[self.spec.model]}", (index,), n, seed,
+                                   offset + index)]
 
     def strategy(self, task: Task) -> Any:
-        return scenarios(templates=(TEMPLATES[task.key[0]],))
+        return scenarios(templates=(self.templates[task.key[0]],), page_sizes=self.page_sizes,
+                         radix_only=self.spec.model != "full")
 
     # ---- playing and judging ----------------------------------------------------------------------
     def play(self, scenario: Scenario) -> Played:
@@ -138,19 +153,21 @@ class HarnessDrive:
         """One row per world pair, the reference against each other world."""
         diverged = self.diverged(verdict)
         width = max(42, *(len(f"{self.reference} vs {n}") for n in self.checked)) if self.checked else 42
-        lines = [f"{'world pair':<{width}} {'scenarios':>9}  verdict"]
+        lines = [] if self.spec.model == "full" else [f"the real worlds serve a {CACHE_NAMES[self.spec.model]} model"]
+        lines.append(f"{'world pair':<{width}} {'scenarios':>9}  verdict")
         for name in self.checked:
             pair = f"{self.reference} vs {name}"
             lines.append(f"{pair:<{width}} {verdict.scenarios:>9}  {'DIVERGENCE' if name in diverged else 'parity'}")
         return lines
 
     def summary(self, verdict: Verdict) -> str:
+        served = "" if self.spec.model == "full" else f", serving a {CACHE_NAMES[self.spec.model]} model"
         if verdict.verdict == "parity":
-            return "PARITY"
+            return f"PARITY{served}"
         first = verdict.shrunk
         kind = first.shown.kind if first is not None else None
         what = "an oracle failed" if kind == "oracle" else "the worlds disagree"
-        return f"DIVERGENCE: {what} ({', '.join(sorted(self.diverged(verdict))) or 'the reference'})"
+        return f"DIVERGENCE{served}: {what} ({', '.join(sorted(self.diverged(verdict))) or 'the reference'})"
 
     def finding_kind(self, label: str) -> str:
         between_releases = label in KNOWN_VERSION_DIFFERENCES or label == RENUMBERED_BETWEEN_RELEASES

@@ -11,6 +11,7 @@ from kvparity.engine.scheduler import Scheduler, StageRecord
 from kvparity.engine.snapshot import Snapshot, take_snapshot
 from kvparity.engine.world import build_world
 from kvparity.judge.compare import RENUMBERED_BETWEEN_RELEASES, Difference, compare, known_between
+from kvparity.judge.memory import hybrid_difference
 from kvparity.judge.oracles import STALE_ROW_DEFECT, Violation, check_stage, stale_row_defects, violations
 from kvparity.judge.order import order_classes
 from kvparity.judge.renumber import DIVERGENT, renumbering_verdict
@@ -216,6 +217,18 @@ def compare_real(lockstep: Lockstep, lane: Any, *, oracles: bool, real_reference
     return ref if real_reference else None
 
 
+def _first_hybrid_difference(ref_id: WorldId, ref: list[Snapshot], world: WorldId,
+                             got: list[Snapshot]) -> tuple[int, tuple[str, str]] | None:
+    """The first stage whose hybrid pool (a window's, the states') differs, and how: in numbers no
+    renumbering changes between releases, exactly within one (None: none differs, or no hybrid)."""
+    same_release = not (ref_id.real and world.real and ref_id.release != world.release)
+    for i, (r_snap, g_snap) in enumerate(zip(ref, got)):
+        found = hybrid_difference(r_snap, g_snap, exact=same_release)
+        if found is not None:
+            return i, found
+    return None
+
+
 def _renumbered_between_releases(result: RunResult, ref_id: WorldId, ref: list[Snapshot], world: WorldId,
                                  got: list[Snapshot]) -> bool:
     """Two real releases that hand out other rows or pages to the same tokens (one consistent map
@@ -241,11 +254,17 @@ def _moved(mapping: dict[int, int]) -> str:
 
 def _compare_stages(result: RunResult, ref_id: WorldId, ref: list[Snapshot], world: WorldId, got: list[Snapshot]) -> None:
     name, ref_name = str(world), str(ref_id)
-    for r_snap, g_snap in zip(ref, got):
+    hybrid = _first_hybrid_difference(ref_id, ref, world, got)
+    for i, (r_snap, g_snap) in enumerate(zip(ref, got)):
         diffs = compare(ref_id, r_snap, world, g_snap)
         result.findings += [d for d in diffs if d.known_defect]
         bad = [d for d in diffs if not d.known_defect]
-        if bad and _renumbered_between_releases(result, ref_id, ref, world, got):
+        renumbered = bool(bad) and _renumbered_between_releases(result, ref_id, ref, world, got)
+        if hybrid is not None and (hybrid[0] == i or renumbered):
+            result.divergences.append(Difference(name, ref_name, *hybrid[1]))  # renumbering does not excuse it
+            result.first_difference = ref[hybrid[0]].record
+            return
+        if renumbered:
             return
         if bad:
             result.divergences += bad

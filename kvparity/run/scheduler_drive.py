@@ -30,7 +30,7 @@ from kvparity.judge.admission import TrafficJudgement, judge_traffic, traffic_pr
 from kvparity.judge.traffic_classes import rare_counts, traffic_classes
 from kvparity.mem_cache.schedule_policy import POLICIES
 from kvparity.model.classes import TRAFFIC_CHUNK_IN_FLIGHT_FREED, TRAFFIC_REQUIRED, TRAFFIC_STATE, TRAFFIC_WINDOW
-from kvparity.model.traffic import LOOPS, TrafficScenario, traffic_to_dict
+from kvparity.model.traffic import CACHE_NAMES, LOOPS, TrafficScenario, traffic_to_dict
 from kvparity.model.traffic_strategies import traffic_scenarios
 from kvparity.run.candidates import traffic_candidates
 from kvparity.run.drive import Finding, Played, Task
@@ -42,7 +42,6 @@ DEFAULT_TRAFFIC_EXAMPLES = 40  # per schedule policy and event loop
 # The hybrid models' tasks: these policies only (fcfs: arrival order; lpm: the cache-aware ranking,
 # whose prefix matches meet the window's tombstones).
 HYBRID_POLICIES = ("fcfs", "lpm")
-CACHE_NAMES = {"full": "full attention", "swa": "sliding window", "mamba": "Mamba"}
 # The loops a hybrid model is served in: a Mamba model's tree without a state buffer (SGLang's
 # no_buffer) refuses the overlap loop.
 HYBRID_LOOPS = {"swa": LOOPS, "mamba": ("normal",)}

@@ -11,7 +11,8 @@ import pytest
 
 from kvparity.engine.canary import EMPTY_STATE, ForwardRequest, KVCanary, StateView
 from kvparity.engine.snapshot import MambaState
-from kvparity.judge.memory import run_problems, states_conserved
+from kvparity.judge.memory import run_problems
+from kvparity.judge.oracles import states_conserved
 from kvparity.judge.traffic_classes import traffic_classes
 from kvparity.model.classes import TRAFFIC_STATE_RESTORED
 from kvparity.model.traffic import Arrival, ServerConfig, TrafficScenario, traffic_geometry
@@ -38,10 +39,10 @@ def test_every_state_slot_is_free_kept_by_the_tree_or_a_row_s():
     """Six slots: rows 1 and 2 run in slots 1 and 2, the tree keeps 3 and 4, 5 and 6 are free."""
     assert states_conserved(_states([(1, 1), (2, 2)], [3, 4], [5, 6])) == []
     assert states_conserved(_states([(1, 1), (2, 3)], [3, 4], [5, 6])) == [
-        "state slots in two places at once (free, the tree, a row): [3]", "state slots neither free, nor kept "
-        "by the tree, nor a row's (leaked): [2]"]
+        "state slots in two places at once (free, the tree, a row, a waiting request): [3]", "state slots neither free, nor kept "
+        "by the tree, nor a request's (leaked): [2]"]
     assert states_conserved(_states([(1, 1)], [3, 4], [5, 6])) == [
-        "state slots neither free, nor kept by the tree, nor a row's (leaked): [2]"]
+        "state slots neither free, nor kept by the tree, nor a request's (leaked): [2]"]
     assert states_conserved(_states([(1, 1), (2, 2)], [3, 4], [5, 6, 0])) == [
         "state slots that are no slots of the pool: [0]"]
     assert states_conserved(_states([(1, 1), (2, 2)], [3, 4], [5, 6], available=3)) == [

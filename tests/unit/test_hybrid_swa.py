@@ -8,7 +8,8 @@ from __future__ import annotations
 import pytest
 
 from kvparity.engine.snapshot import WindowState
-from kvparity.judge.memory import run_problems, window_conserved
+from kvparity.judge.memory import run_problems
+from kvparity.judge.oracles import window_conserved
 from kvparity.judge.traffic_classes import traffic_classes
 from kvparity.model.classes import TRAFFIC_TOMBSTONE, TRAFFIC_WINDOW_EVICTED
 from kvparity.model.traffic import Arrival, ServerConfig, TrafficScenario, traffic_geometry

@@ -32,6 +32,7 @@ from kvparity.engine.real.hybrid_pools import (
     Window,
     mamba_pools,
     mamba_tree,
+    run_deferred_state_work,
     state_view,
     window_pools,
     window_tree,
@@ -578,6 +579,18 @@ class RealWorld:
         params = self.sg.EvictParams
         self.tree_cache.evict(num_tokens if params is None else params(num_tokens=num_tokens))
 
+    def refuse(self, req: Any) -> None:
+        """What the release's scheduler does for a request its adder refused after matching it
+        (0.5.10+, ``mamba_refusal_frees``): drop the deferred copy, free the state slot the match
+        took. Before, the waiting request keeps the slot for its admission."""
+        if self.mamba is None or not self.entry.mamba_refusal_frees:
+            return
+        kv = getattr(req, "kv", req)  # the state fields are on req.kv from 0.5.19
+        kv.mamba_cow_src_index, kv.mamba_needs_clear = None, False
+        if kv.mamba_pool_idx is not None:
+            state_allocator(self.req_to_token_pool).free(kv.mamba_pool_idx.unsqueeze(-1))
+            kv.mamba_pool_idx = None
+
     def cache_finished_req(self, req: Any) -> None:
         """What this release's scheduler calls for a finished request."""
         self.activate()
@@ -765,6 +778,8 @@ class RealBatch:
             seen = self.world.observed.get("alloc_extend")
             self.last_loc = None if seen is None else seen["last_loc"]
         self.out_cache_loc = self.inner.out_cache_loc
+        if self.world.mamba is not None:  # what the model runner does before the forward's Mamba layers read
+            run_deferred_state_work(self.world.req_to_token_pool, self.inner)
         return self.out_cache_loc
 
     def as_running(self, slotted: list[int] | None = None) -> None:

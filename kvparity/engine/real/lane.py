@@ -83,19 +83,40 @@ def _where(stderr: str) -> tuple[int | None, str | None]:
     return step, None
 
 
+# A hybrid sliding-window model's window in the harness drive's worlds: below most drawn prompts
+# (the window slides), above a page; its slots are freed every 2 tokens that slide out (SGLang's
+# default, 128, is past every drawn sequence).
+HARNESS_WINDOW = 8
+HARNESS_EVICTION_INTERVAL = 2
+
+
+def model_options(model: str, geometry: Any) -> dict[str, int]:
+    """The world options of a hybrid model sized for ``geometry``: a Mamba model's state slots (the
+    fewest a server runs its rows with), a sliding-window model's window and its default window pool."""
+    from kvparity.model.traffic import MAMBA_SLOTS_PER_REQUEST, window_slots
+
+    if model == "mamba":
+        return {"mamba_slots": MAMBA_SLOTS_PER_REQUEST * geometry.pool_rows}
+    if model == "swa":
+        return {"sliding_window": HARNESS_WINDOW, "swa_eviction_interval": HARNESS_EVICTION_INTERVAL,
+                "swa_kv_slots": max(geometry.page_size, window_slots(geometry.kv_slots, geometry.page_size, None))}
+    return {}
+
+
 class RealLane:
     """Real worlds: ``specs`` are SGLang versions or paths (anything ``install.resolve`` takes)
     or ``SGLangSource``s, each played on every backend in ``backends``. Its worlds (``ids``;
     ``names``, their names ``<label>/<backend>``), in order: each label on each backend."""
 
     def __init__(self, specs: list[Any], backends: tuple[str, ...] = BACKENDS, *, timeout: float = DEFAULT_TIMEOUT_S,
-                 tree_core_variants: bool = True, tree_class: str | None = None):
+                 tree_core_variants: bool = True, tree_class: str | None = None, model: str = "full"):
         unknown = [b for b in backends if b not in BACKENDS]
         if unknown or not backends:
             raise RealSGLangError(f"backends {list(backends)}: expected some of {BACKENDS}")
         self.sources = [s if isinstance(s, SGLangSource) else resolve(str(s)) for s in specs]
         self.backends = tuple(backends)
         self.tree_class = tree_class  # None: what a server of each release builds
+        self.model = model  # the model its worlds serve (``kvparity.model.traffic.CACHES``)
         self.labels = [source_label(s) for s in self.sources]
         self.workers = {
             label: RealWorker(source, plugins=WORKER_PLUGINS, call_timeout=timeout)
@@ -141,7 +162,8 @@ class RealLane:
             worker, name = self.workers[world.version], str(world)
             try:
                 reply = worker.call("play", backend=world.backend, scenario=data, stop_before=stop_before,
-                                    options=world_options(world, self.tree_class))
+                                    options=world_options(world, self.tree_class) | model_options(self.model,
+                                                                                                  scenario.geometry))
             except (WorkerDied, WorkerHung) as exc:
                 step, operation = _where(getattr(exc, "stderr_tail", "") or worker.last_stderr)
                 kind = "died" if isinstance(exc, WorkerDied) else "hung"

@@ -89,6 +89,8 @@ def _hybrid_cache_facts(entry: VersionEntry) -> list[Fact]:
         facts.append(Fact(tree) if tree is not None else Fact(module, present=False))
     if entry.component_types is not None:
         facts.append(Fact(entry.component_types))
+    facts.append(Fact("sglang.srt.managers.scheduler:Scheduler._get_new_batch_prefill_raw",
+                      says="revert matched mamba idx", present=entry.mamba_refusal_frees))
     # From 0.5.16 the factory builds a sliding-window model's tree as UnifiedRadixCache, not SWARadixCache.
     if entry.hybrid_tree == "unified":
         facts.append(Fact("sglang.srt.mem_cache.registry:default_radix_cache_factory",

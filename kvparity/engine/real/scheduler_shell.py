@@ -352,7 +352,8 @@ def _shell_class(mod: Any, adapter: ShellAdapter) -> Any:
             self._kvp_records[-1] = decision
             accounting = (("new_token_ratio", self._kvp_adapter.new_token_ratio(self)),) + self._kvp_adder
             self._kvp_memory.append(self._kvp_recorder.snapshot(
-                decision, self._kvp_iter_out, self._kvp_iter_launch, _request_states(self), accounting))
+                decision, self._kvp_iter_out, self._kvp_iter_launch, _request_states(self), accounting,
+                self.waiting_queue))
             self._kvp_finished_now.clear()
             self._kvp_iteration += 1
             self._kvp_pass_open = False

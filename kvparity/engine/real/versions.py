@@ -152,6 +152,9 @@ class VersionEntry:
     # UnifiedRadixCache with the model's components, ``UNIFIED_RADIX_CACHE``), and where the component types live.
     hybrid_tree: str = "own"
     component_types: str | None = None
+    # Whether the scheduler frees the state slot a Mamba request's match took when its adder
+    # refuses the request (0.5.10+); before, the waiting request keeps it for its admission.
+    mamba_refusal_frees: bool = False
     # Whether the window pool takes a page size (0.5.8+: SWATokenToKVPoolAllocator(page_size=...));
     # before, a sliding-window model's pools are page size 1 only.
     paged_swa: bool = False
@@ -242,7 +245,7 @@ CHANGES: tuple[tuple[str, dict[str, object]], ...] = (
         init_new_params=_INIT_NEW + ("dllm_config",), admission="setter", stash_frees_row=False,
         evict_params="sglang.srt.mem_cache.base_prefix_cache:EvictParams",
     )),
-    ("0.5.10", dict()),
+    ("0.5.10", dict(mamba_refusal_frees=True)),
     ("0.5.10.post1", dict()),
     ("0.5.11", dict(component_types="sglang.srt.mem_cache.unified_cache_components:ComponentType")),
     ("0.5.12", dict()),
