@@ -240,7 +240,7 @@ def _sweep(args: argparse.Namespace, plan: CheckPlan) -> Swept:
         print(f"\n{plan.drive}-driven: {plan.examples} {unit}, {planned} in all ({len(tasks)} tasks), {plan.jobs} jobs",
               flush=True)
         files = ScenarioFiles()
-        events = ConsoleEvents(drive, planned, lambda path: replay_argv(args, path, plan.drive), plan.shrink_budget_s,
+        events = ConsoleEvents(drive, planned, lambda path: replay_argv(args, path, plan.drive, _model(plan)), plan.shrink_budget_s,
                                files)
         try:
             verdict = sweep(drive, SweepPlan(plan.spec, tuple(tasks), plan.shrink_budget_s), jobs=plan.jobs,
@@ -253,17 +253,26 @@ def _sweep(args: argparse.Namespace, plan: CheckPlan) -> Swept:
         drive.close()
 
 
-def replay_argv(args: argparse.Namespace, path: Path, drive: str) -> list[str]:
-    """The command line that replays the scenario in ``path`` in this run's worlds or schedulers."""
+def replay_argv(args: argparse.Namespace, path: Path, drive: str, model: str = "full") -> list[str]:
+    """The command line that replays the scenario in ``path`` in this run's worlds or schedulers
+    (``model``: the one a harness plan's worlds serve; a traffic scenario names its own)."""
     argv = ["kvparity", "check"]
     options: tuple[tuple[str, str | None], ...] = (("--sglang", args.sglang), ("--against", args.against),
                                                    ("--drive", None if drive == "harness" else drive))
     if drive == "harness":
-        options += (("--backend", args.backend), ("--tree-class", args.tree_class), ("--device", args.device))
+        options += (("--backend", args.backend), ("--tree-class", args.tree_class), ("--device", args.device),
+                    ("--caches", None if model == "full" else model))
     for option, value in options:
         if value is not None:
             argv += [option, value]
+    if drive == "scheduler" and getattr(args, "undo_changes", None):
+        argv.append("--undo-changes")
     return argv + ["--replay", str(path)]
+
+
+def _model(plan: CheckPlan) -> str:
+    """The model a plan's harness worlds serve (full attention for any other plan)."""
+    return str(getattr(plan.spec, "model", "full"))
 
 
 # ---- replaying one scenario ---------------------------------------------------------------------
@@ -297,7 +306,7 @@ def _replay(args: argparse.Namespace, plans: list[CheckPlan]) -> int:
     if played.agree:
         print("verdict: PARITY (they agree, and every oracle holds)")
         return 0
-    print(drive.report(played, replay=shlex.join(replay_argv(args, Path(args.replay), plan.drive))))
+    print(drive.report(played, replay=shlex.join(replay_argv(args, Path(args.replay), plan.drive, _model(plan)))))
     print("verdict: DIVERGENCE")
     return 1
 
@@ -486,7 +495,7 @@ def _write_files(args: argparse.Namespace, texts: dict[str, Callable[[], str]], 
 
 def _repro_script(args: argparse.Namespace, swept: Swept) -> str:
     example = swept.verdict.shrunk
-    check = replay_argv(args, Path("SCENARIO"), swept.plan.drive)[2:-2]  # the options naming the worlds or schedulers
+    check = replay_argv(args, Path("SCENARIO"), swept.plan.drive, _model(swept.plan))[2:-2]  # the options naming the worlds or schedulers
     shown = swept.drive.to_dict(example.shown.scenario)
     found = swept.drive.to_dict(example.found.scenario)
     return f'''"""Replays a kvparity counterexample ({swept.plan.drive}-driven) in the worlds or schedulers of the run

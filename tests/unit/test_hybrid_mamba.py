@@ -152,3 +152,28 @@ def test_a_state_mutant_of_a_release_is_caught_where_its_state_goes_wrong(mutant
     judgement, _ = mutant_judged(name, scenario())
     assert judgement.kind == kind, judgement.line()
     assert what in judgement.line() + " ".join(read.line() for read in judgement.canary), judgement.line()
+
+
+def test_the_harness_drive_plays_a_mamba_model_and_reads_its_restored_states(tmp_path):
+    """The harness drive's worlds serve a Mamba model with ``--caches mamba`` (real against real):
+    kvparity's loop decides, the release's tree restores states, the forward reads them. ``r9``
+    hits r3's 7 tokens, whose state the tree keeps at a node under one holding the state after 6:
+    0.5.15 restores the right one; the copy whose match takes the parent's is caught reading it."""
+    from kvparity.engine.real.install import resolve
+    from kvparity.engine.real.lane import RealLane
+    from kvparity.model.scenario import Extend, RequestSpec, Scenario
+    from kvparity.model.worlds import Geometry
+    from kvparity.run.runner import run_scenario
+    from kvparity.teeth.real_zoo import REAL_MUTANTS_BY_NAME, make_mutated_copy
+
+    scenario = Scenario(Geometry(pool_rows=12, max_context_len=33, kv_slots=444, page_size=1, need_sort=True),
+                        "radix", (RequestSpec("r2", (100000, *range(30000, 30012)), max_new_tokens=64),
+                                  RequestSpec("r3", tuple(range(10000, 10007)), max_new_tokens=64),
+                                  RequestSpec("r9", tuple(range(10000, 10008)), arrival=2, max_new_tokens=64)),
+                        (Extend(admit=("r2", "r3")), Extend(admit=(), chunked_last=True), Extend(admit=("r9",))), 19)
+    mutant = REAL_MUTANTS_BY_NAME["mamba-restore-wrong-node"]
+    copy = make_mutated_copy(resolve(mutant.version), mutant, tmp_path / mutant.name)
+    with RealLane(["0.5.15", str(copy)], ("torch",), tree_core_variants=False, model="mamba") as lane:
+        result = run_scenario(scenario, (("legacy", "torch"),), lane=lane, real_reference=True)
+    assert [v.world for v in result.violations] == [f"{mutant.name}@0.5.15/torch"] * len(result.violations)
+    assert result.violations and "(state)" in result.violations[0].line(), [v.line() for v in result.violations]

@@ -156,3 +156,24 @@ def test_a_worker_s_errors_cross_a_process_whole():
                   RemoteError("run_traffic", {"type": "ValueError", "message": "m"})):
         back = pickle.loads(pickle.dumps(error))
         assert (type(back), str(back)) == (type(error), str(error))
+
+
+def test_the_harness_drive_plays_a_sliding_window_model_under_its_window_oracle(tmp_path):
+    """With ``--caches swa`` the harness drive's real worlds serve a sliding-window model: one
+    request of one token that finishes at its prefill frees its window page; the copy of 0.5.23
+    that leaves the page mapped breaks the window oracle, and its window differs from the release's."""
+    from kvparity.engine.real.install import resolve
+    from kvparity.engine.real.lane import RealLane
+    from kvparity.model.scenario import Extend, RequestSpec, Scenario
+    from kvparity.model.worlds import Geometry
+    from kvparity.run.runner import run_scenario
+    from kvparity.teeth.real_zoo import REAL_MUTANTS_BY_NAME, make_mutated_copy
+
+    scenario = Scenario(Geometry(pool_rows=8, max_context_len=63, kv_slots=468, page_size=4), "radix",
+                        (RequestSpec("r4", (100000,), max_new_tokens=1),), (Extend(admit=("r4",)),), 8)
+    mutant = REAL_MUTANTS_BY_NAME["swa-free-keeps-mapping"]
+    copy = make_mutated_copy(resolve(mutant.version), mutant, tmp_path / mutant.name)
+    with RealLane(["0.5.23", str(copy)], ("torch",), tree_core_variants=False, model="swa") as lane:
+        result = run_scenario(scenario, (("legacy", "torch"),), lane=lane, real_reference=True)
+    assert {v.world for v in result.violations} == {f"{mutant.name}@0.5.23/torch"}
+    assert "window slots conserved: mapped window slots on a free page" in result.violations[0].line()
