@@ -372,7 +372,10 @@ class Scheduler:
                 self._finish(rid)
                 finished.append(rid)
                 continue
-            region.append((req.req_pool_idx, len(req.prefix_indices), len(req.fill_ids)))
+            # The tree inserts whole pages: where the prefix ends inside a page (a sliding-window
+            # tree's may), the dedup repoints that page from its start.
+            ps = self.scenario.geometry.page_size
+            region.append((req.req_pool_idx, len(req.prefix_indices) // ps * ps, len(req.fill_ids)))
             self.world.cache_unfinished_req(req)
             self.status[rid] = "running"
             self.running.append(rid)
