@@ -44,7 +44,7 @@ def test_the_model_reports_pr_11200s_admission_change_per_policy(tmp_path, capsy
     (["--drive", "scheduler", "--traffic-examples", "0"], "--traffic-examples must be from 1"),
     (["--drive", "scheduler", "--caches", "swa"], "kvparity's model of a scheduler serves full attention only"),
     (["--drive", "scheduler", "--undo-changes"], "--undo-changes undoes a release's named changes: it needs"),
-    (["--caches", "mamba"], "--caches is an option of the scheduler-driven check"),
+    (["--caches", "mamba"], "--caches mamba: the harness drive plays a hybrid model real release against real release"),
     (["--sglang", "0.5.22", "--against", "0.5.21", "--drive", "scheduler", "--undo-changes"],
      "kvparity names no change of 0.5.22 after 0.5.21 that it can undo"),
 ])
