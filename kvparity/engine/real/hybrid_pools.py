@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+import torch
 
 from kvparity.engine.canary import StateView
 from kvparity.engine.real import RealSGLangError
@@ -117,7 +118,7 @@ def mamba_pools(entry: VersionEntry, mamba: Mamba, rows: int, max_context_len: i
     shape = utils[0].create(tp_world_size=1, intermediate_size=1, n_groups=1, num_heads=1, head_dim=1,
                             state_size=STATE_SIZE, conv_kernel=2)
     params = called_with(lookup(f"{_MAMBA_UTILS}:Mamba2CacheParams"), dict(
-        shape=shape, layers=[MAMBA_LAYER], dtype=utils[1](conv=_float32(), temporal=_float32())))
+        shape=shape, layers=[MAMBA_LAYER], dtype=utils[1](conv=torch.float32, temporal=torch.float32)))
     rtp = called_with(lookup(f"{_MEMORY_POOL}:HybridReqToTokenPool"), dict(
         size=rows, mamba_size=mamba.slots, mamba_spec_state_size=mamba.slots, max_context_len=max_context_len,
         device=device, enable_memory_saver=False, cache_params=params, mamba_layer_ids=[MAMBA_LAYER],
@@ -129,11 +130,6 @@ def mamba_pools(entry: VersionEntry, mamba: Mamba, rows: int, max_context_len: i
                                                                                  need_sort)
     return rtp, kv_pool, allocator
 
-
-def _float32() -> Any:
-    import torch
-
-    return torch.float32
 
 
 def window_tree(entry: VersionEntry, window: Window, fields: dict[str, Any], cache_init_params: Any,
@@ -186,24 +182,14 @@ def state_view(req_to_token_pool: Any, rows: dict[str, int]) -> StateView:
     flat = temporal[0].view(temporal.shape[1], -1)
 
     def read(slots: np.ndarray) -> np.ndarray:
-        return _decode(flat[_index(slots)][:, :_STATE_LANES].numpy(force=True))
+        return _decode(flat[torch.as_tensor(slots, dtype=torch.int64)][:, :_STATE_LANES].numpy(force=True))
 
     def write(slots: np.ndarray, canaries: np.ndarray) -> None:
-        flat[_index(slots), :_STATE_LANES] = _as_tensor(_encode(canaries), flat)
+        flat[torch.as_tensor(slots, dtype=torch.int64), :_STATE_LANES] = torch.as_tensor(_encode(canaries), dtype=flat.dtype, device=flat.device)
 
     return StateView({rid: int(mapping[row]) for rid, row in rows.items()}, read, write)
 
 
-def _index(slots: np.ndarray) -> Any:
-    import torch
-
-    return torch.as_tensor(slots, dtype=torch.int64)
-
-
-def _as_tensor(values: np.ndarray, like: Any) -> Any:
-    import torch
-
-    return torch.as_tensor(values, dtype=like.dtype, device=like.device)
 
 
 def _encode(canaries: np.ndarray) -> np.ndarray:
