@@ -104,9 +104,9 @@ def harness_spec(args: argparse.Namespace, real: Any) -> tuple[Any, int]:
 
 def scheduler_spec(real: Any, caches: tuple[str, ...] | None = None, undo_changes: bool = False) -> Any:
     """The scheduler drive's two players, or why this run has none (a sentence); ``caches``: the
-    models its tasks serve (None: every one both players serve); ``undo_changes``: the checked
+    models its tasks serve (None: ``DEFAULT_CACHES``, those both players serve); ``undo_changes``: the checked
     release plays with its own named changes undone (real against real only)."""
-    from kvparity.model.traffic import CACHES
+    from kvparity.model.traffic import DEFAULT_CACHES
     from kvparity.run.scheduler_drive import PlayerSpec, SchedulerSpec
 
     if undo_changes:
@@ -116,7 +116,7 @@ def scheduler_spec(real: Any, caches: tuple[str, ...] | None = None, undo_change
     if caches is not None and (real is None or real.reference is None) and caches != ("full",):
         return (f"--caches {','.join(caches)}: kvparity's model of a scheduler serves full attention only; the "
                 f"hybrid caches are checked real release against real release (--sglang A --against B)")
-    caches = caches or CACHES
+    caches = caches or DEFAULT_CACHES
     if real is None:
         return SchedulerSpec(PlayerSpec("model", "legacy"), PlayerSpec("model", "refactored"))
     checked = PlayerSpec("real", real.checked.path if real.checked.origin == "path" else real.checked.version)
@@ -165,9 +165,7 @@ def harness_models(real: Any, caches: tuple[str, ...] | None) -> tuple[str, ...]
     if hybrid and (real is None or real.reference is None):
         return (f"--caches {','.join(caches)}: the harness drive plays a hybrid model real release against real "
                 f"release only (--sglang A --against B)")
-    serves = {"swa": True, "mamba": bool(real and real.reference and real.reference.entry.serves_mamba
-                                          and real.checked.entry.serves_mamba)}
-    return tuple(c for c in caches if c == "full" or serves[c])
+    return tuple(c for c in caches if real.reference.entry.serves(c) and real.checked.entry.serves(c))
 
 
 def check_plans(args: argparse.Namespace, real: Any, jobs: int, budget: float | None) -> list[CheckPlan] | str:

@@ -167,9 +167,66 @@ class SlotStore:
             self.values = np.insert(self.values, where, new_values, axis=0)
 
 
+# Float lanes of a canary kept in a real pool's float32 tensor (a Mamba state slot, a HiCache world's
+# KV): each int64 lane as itself, but the chained hash (lane 2) in four 16-bit parts, all exact in
+# float32 while the others stay below FLOAT_EXACT.
+FLOAT_EXACT = 1 << 24
+
+
+def float_lanes(values: np.ndarray) -> np.ndarray:
+    """``values`` (n, k >= 3 int64 lanes, the hash in lane 2) as (n, k + 3) float32 lanes; a row of
+    ``UNSTAMPED`` lanes (never written) as zeros, as a cleared slot holds."""
+    values = np.asarray(values, dtype=np.int64)
+    plain = np.delete(values, 2, axis=1)
+    unstamped = (values == UNSTAMPED).all(axis=1)
+    if ((plain < 0) | (plain >= FLOAT_EXACT))[~unstamped].any():
+        raise ValueError(f"a canary lane outside [0, {FLOAT_EXACT}) cannot be kept exact in float32")
+    h = values[:, 2].astype(np.uint64)
+    parts = [(h >> np.uint64(16 * k)) & np.uint64(0xFFFF) for k in range(4)]
+    out = np.stack([values[:, 0], values[:, 1], *parts, *plain[:, 2:].T], axis=1).astype(np.float32)
+    out[unstamped] = 0.0
+    return out
+
+
+def int_lanes(lanes: np.ndarray, k: int) -> np.ndarray:
+    """The inverse of ``float_lanes``: (n, k) int64 lanes; an all-zero row reads ``UNSTAMPED``."""
+    v = np.asarray(lanes)[:, : k + 3].astype(np.int64)
+    h = np.zeros(len(v), dtype=np.int64)
+    for j in range(4):
+        h |= v[:, 2 + j] << (16 * j)
+    out = np.concatenate([v[:, :2], h[:, None], v[:, 6:]], axis=1)
+    out[(v == 0).all(axis=1)] = UNSTAMPED
+    return out
+
+
+class LaneStore:
+    """``SlotStore``'s lanes kept in a real pool's KV instead of a side table (a HiCache world: its
+    copies between device and host move the canary with the KV, so a load-back is read as it
+    restored it). ``kv``: (slots, at least 7) float32, on the CPU (written in place)."""
+
+    LANES = SlotStore.LANES
+
+    def __init__(self, kv: Any) -> None:
+        self.kv = np.asarray(kv)
+        if self.kv.dtype != np.float32 or self.kv.ndim != 2 or self.kv.shape[1] < self.LANES + 3:
+            raise ValueError(f"a lane store needs (slots, >= {self.LANES + 3}) float32, not {self.kv.dtype} {self.kv.shape}")
+
+    def get(self, slots: np.ndarray) -> np.ndarray:
+        out = np.full((len(slots), self.LANES), UNSTAMPED, dtype=np.int64)
+        inside = (slots >= 0) & (slots < len(self.kv))
+        out[inside] = int_lanes(self.kv[slots[inside]], self.LANES)
+        return out
+
+    def put(self, slots: np.ndarray, values: np.ndarray) -> None:
+        keep = slots >= 0
+        if (slots[keep] >= len(self.kv)).any():
+            raise ValueError(f"slots {sorted(set(slots[slots >= len(self.kv)].tolist()))} are past the pool's {len(self.kv)}")
+        self.kv[slots[keep], : self.LANES + 3] = float_lanes(values[keep])
+
+
 class KVCanary:
-    def __init__(self) -> None:
-        self.store = SlotStore()
+    def __init__(self, store: SlotStore | LaneStore | None = None) -> None:
+        self.store = SlotStore() if store is None else store
         self.window_store = SlotStore()  # a sliding-window model's window layer: its KV by window slot
         self.owners: list[str] = []  # who stamped a slot: its owner lane indexes this
         self._owner_ids: dict[str, int] = {}

@@ -62,7 +62,8 @@ class IterationRecorder:
         self.world = world
         self.radix = radix
         self.width = width
-        self.canary = KVCanary()
+        store = getattr(world, "kv_canary_store", None)  # a host tier keeps the canary in the KV itself
+        self.canary = KVCanary(store() if store is not None else None)
         self.slotted: dict[str, int] = {}
         self.seconds = 0.0  # spent on canaries and snapshots (the cost the report states)
 

@@ -105,6 +105,39 @@ class MambaState:
                       "waiting": tuple(data.get("waiting", ()))})
 
 
+@dataclass
+class HostState:
+    """A host tier's pool after an iteration: its slots (``0 .. slots-1``), the free ones, and the
+    tree's nodes holding host KV (``HostNode``: path, host slots, device slots or None once the
+    device evicted them, whether a backup or a load-back lists them). Every host slot is free or
+    backs exactly one node; none a transfer lists is free."""
+
+    slots: int
+    free: tuple[int, ...]
+    nodes: tuple[tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...] | None, bool, bool], ...]
+    available_size: int
+
+    def to_plain(self) -> dict[str, Any]:
+        return {"slots": self.slots, "free": list(self.free), "available_size": self.available_size,
+                "nodes": [[list(p), list(h), None if d is None else list(d), w, ld] for p, h, d, w, ld in self.nodes]}
+
+    @classmethod
+    def from_plain(cls, data: dict[str, Any]) -> HostState:
+        return cls(slots=int(data["slots"]), free=tuple(data["free"]), available_size=int(data["available_size"]),
+                   nodes=tuple((tuple(p), tuple(h), None if d is None else tuple(d), bool(w), bool(ld))
+                               for p, h, d, w, ld in data["nodes"]))
+
+    @property
+    def host_only_tokens(self) -> int:
+        """Tokens the tree keeps on the host alone (the device evicted them)."""
+        return sum(len(h) for _p, h, d, _w, _l in self.nodes if d is None)
+
+    @property
+    def loading(self) -> tuple[int, ...]:
+        """Host slots a load-back lists (sorted)."""
+        return tuple(sorted(s for _p, h, _d, _w, ld in self.nodes if ld for s in h))
+
+
 @dataclass(frozen=True)
 class Snapshot:
     record: StageRecord
@@ -123,6 +156,7 @@ class Snapshot:
     accounting: tuple[tuple[str, float], ...] = ()
     window: WindowState | None = None  # a sliding-window model's window pool (None: full attention)
     states: MambaState | None = None  # a Mamba model's state pool (None: no Mamba layer)
+    host: HostState | None = None  # a host tier's pool (None: no host tier)
 
     # Derived sets, computed once per snapshot: the oracles read each snapshot twice (as the
     # stage's "after", then as the next stage's "before") and several oracles need the same set.
@@ -300,6 +334,17 @@ def window_state(allocator: Any, tree: Any, radix: bool) -> WindowState | None:
         protected_size=int(tree.swa_protected_size()) if radix else 0)
 
 
+def host_state(host_pool: Any, tree: Any) -> HostState:
+    """A host tier's pool: its free slots (the free list and, from 0.5.20, the freed chunks not yet
+    merged back into it) and the tree's nodes holding host KV."""
+    from kvparity.engine.real.unified_tree import host_nodes  # worker side: SGLang's tree
+
+    released = [_host_copy(t) for t in getattr(host_pool, "release_slots", ())]
+    free = torch.cat([_host_copy(host_pool.free_slots), *released]) if released else _host_copy(host_pool.free_slots)
+    return HostState(slots=int(host_pool.size), free=tuple(int(s) for s in free.tolist()),
+                     nodes=tuple(host_nodes(tree)), available_size=int(host_pool.available_size()))
+
+
 def state_allocator(req_to_token_pool: Any) -> Any:
     """Who hands out a Mamba model's state slots: the pool's ``mamba_allocator`` (0.5.13+), else
     its ``MambaPool`` (None for a request pool without states)."""
@@ -375,6 +420,7 @@ def _world_state(world: Any, radix: bool, reqs: Iterable[Any] = ()) -> dict[str,
         "window": window_state(world.allocator, world.tree_cache, radix),
         "states": None if getattr(world, "mamba", None) is None else mamba_state(
             world.req_to_token_pool, world.tree_cache, radix, world.state_slots, world.request_rows, reqs),
+        "host": None if getattr(world, "host_pool", None) is None else host_state(world.host_pool, world.tree_cache),
     }
 
 
@@ -425,6 +471,7 @@ def snapshot_to_plain(snap: Snapshot) -> dict[str, Any]:
         "accounting": [list(pair) for pair in snap.accounting],
         "window": None if snap.window is None else snap.window.to_plain(),
         "states": None if snap.states is None else snap.states.to_plain(),
+        "host": None if snap.host is None else snap.host.to_plain(),
     }
 
 
@@ -456,4 +503,5 @@ def snapshot_from_plain(data: dict[str, Any]) -> Snapshot:
         accounting=tuple((str(k), v) for k, v in data["accounting"]),
         window=None if data.get("window") is None else WindowState.from_plain(data["window"]),
         states=None if data.get("states") is None else MambaState.from_plain(data["states"]),
+        host=None if data.get("host") is None else HostState.from_plain(data["host"]),
     )

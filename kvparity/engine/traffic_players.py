@@ -71,7 +71,7 @@ class RealTrafficPlayer:
         self.name = f"{source_label(source)} (SGLang's own scheduler)"
         self.world_id = WorldId(source_label(source), "torch", source.entry.family, source.entry.version)
         self.paged_windows = source.entry.paged_swa
-        self.caches = tuple(c for c in CACHES if c != "mamba" or source.entry.serves_mamba)
+        self.caches = tuple(c for c in CACHES if source.entry.serves(c))
         self.owns_worker = worker is None
         self.worker = RealWorker(source, plugins=WORKER_PLUGINS) if worker is None else worker
 

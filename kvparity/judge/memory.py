@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 from kvparity.engine.snapshot import MambaState, Snapshot, WindowState
 from kvparity.judge.compare import RENUMBERED_BETWEEN_RELEASES, compare, known_between
-from kvparity.judge.oracles import conservation, states_conserved, window_conserved
+from kvparity.judge.oracles import conservation, host_tier_problems, states_conserved, window_conserved
 from kvparity.judge.renumber import DIVERGENT, renumbering_verdict
 from kvparity.model.worlds import Geometry, WorldId
 
@@ -83,6 +83,7 @@ def iteration_problems(geometry: Geometry, after: Snapshot) -> list[MemoryProble
         found += [("window slots conserved", p) for p in window_conserved(after.window)]
     if after.states is not None:
         found += [("state slots conserved", p) for p in states_conserved(after.states)]
+    found += [("host tier", p) for p in host_tier_problems(after)]
     return [MemoryProblem(record.step, oracle, message) for oracle, message in found]
 
 
@@ -147,9 +148,29 @@ def states_difference(ref: Snapshot, got: Snapshot, exact: bool) -> tuple[str, s
     return None
 
 
+def host_difference(ref: Snapshot, got: Snapshot, exact: bool) -> tuple[str, str] | None:
+    """The first way two runs' host tiers differ after an iteration: present in one only, the
+    free host slots, the paths the host keeps and which the device evicted (no renumbering
+    changes these), and, ``exact`` (the same release), which host slots back what."""
+    a, b = ref.host, got.host
+    if a is None or b is None:
+        return None if a is b else ("host tier", f"{'none' if b is None else 'one'} against the reference's "
+                                                 f"{'none' if a is None else 'one'}")
+    if a.available_size != b.available_size:
+        return "host available_size", f"{b.available_size} != {a.available_size}"
+    shape_a = [(p, len(h), d is None) for p, h, d, _w, _l in a.nodes]
+    shape_b = [(p, len(h), d is None) for p, h, d, _w, _l in b.nodes]
+    if shape_a != shape_b:
+        return "host nodes", (f"{len(shape_b)} nodes, {b.host_only_tokens} tokens on the host alone, against the "
+                              f"reference's {len(shape_a)} and {a.host_only_tokens}")
+    if exact and (a.nodes, sorted(a.free)) != (b.nodes, sorted(b.free)):
+        return "host slots", "the same nodes back other host slots"
+    return None
+
+
 def hybrid_difference(ref: Snapshot, got: Snapshot, exact: bool) -> tuple[str, str] | None:
-    """A hybrid model's second pool, compared: a window pool or a state pool."""
-    return window_difference(ref, got, exact) or states_difference(ref, got, exact)
+    """A hybrid model's second pool, compared: a window pool or a state pool; and a host tier."""
+    return window_difference(ref, got, exact) or states_difference(ref, got, exact) or host_difference(ref, got, exact)
 
 
 def first_memory_difference(ref_id: WorldId, ref: Sequence[Snapshot], world: WorldId, got: Sequence[Snapshot],

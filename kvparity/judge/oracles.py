@@ -11,7 +11,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from kvparity.engine.snapshot import MambaState, Snapshot, WindowState
+from kvparity.engine.snapshot import HostState, MambaState, Snapshot, WindowState
 from kvparity.model.poison import POISON
 from kvparity.model.records import LogprobAdmission
 from kvparity.model.scenario import Scenario
@@ -62,7 +62,61 @@ def check_stage(scenario: Scenario, before: Snapshot, after: Snapshot) -> list[s
 def hybrid_pools_conserved(after: Snapshot) -> list[str]:
     """A hybrid model's second pool (none for full attention): the window's or the states'."""
     found = [] if after.window is None else [f"window slots conserved: {p}" for p in window_conserved(after.window)]
-    return found + ([] if after.states is None else [f"state slots conserved: {p}" for p in states_conserved(after.states)])
+    found += [] if after.states is None else [f"state slots conserved: {p}" for p in states_conserved(after.states)]
+    return found + [f"host tier: {p}" for p in host_tier_problems(after)]
+
+
+def host_tier_problems(after: Snapshot) -> list[str]:
+    """A host tier's pool and nodes (none without one): ``host_slots_conserved``, ``host_nodes_consistent``."""
+    if after.host is None:
+        return []
+    return host_slots_conserved(after.host) + host_nodes_consistent(after.host, after.tree)
+
+
+def host_slots_conserved(host: HostState) -> list[str]:
+    """Every host slot is exactly one of free or backing one node (a backup in flight already backs
+    its node), none a transfer lists is free, and nothing else is handed out."""
+    backing = Counter(s for _p, h, _d, _w, _l in host.nodes for s in h)
+    places = Counter(host.free) + backing
+    problems = []
+    twice = sorted(s for s, n in places.items() if n > 1)
+    if twice:
+        problems.append(f"host slots in two places at once (free, backing a node): {twice[:6]}")
+    stray = sorted(s for s in places if not 0 <= s < host.slots)
+    if stray:
+        problems.append(f"host slots that are no slots of the pool: {stray[:6]}")
+    lost = sorted(set(range(host.slots)) - set(places))
+    if lost:
+        problems.append(f"host slots neither free nor backing a node (leaked): {lost[:6]}")
+    listed = sorted(set(host.free) & {s for _p, h, _d, w, ld in host.nodes if w or ld for s in h})
+    if listed:
+        problems.append(f"host slots freed while a transfer lists them: {listed[:6]}")
+    if host.available_size != len(host.free):
+        problems.append(f"host available_size {host.available_size} is not the {len(host.free)} free slots")
+    return problems
+
+
+def host_nodes_consistent(host: HostState, tree: tuple) -> list[str]:
+    """A node's device and host states agree: a node on both holds as many slots on each, a node
+    being loaded back has its device slots, and no device KV hangs below a node the device evicted
+    (eviction demotes leaves first)."""
+    problems = []
+    for path, h, d, _writing, loading in host.nodes:
+        if d is not None and len(d) != len(h):
+            problems.append(f"node {_short(path)}: {len(d)} device slots but {len(h)} host slots")
+        if loading and d is None:
+            problems.append(f"node {_short(path)}: a load-back lists it, but it has no device slots")
+        if loading and not h:
+            problems.append(f"node {_short(path)}: a load-back lists it, but its host KV was freed")
+    evicted = [path for path, _h, d, _w, _l in host.nodes if d is None]
+    below = [e[1] for e in tree if any(len(e[1]) > len(p) and e[1][: len(p)] == p for p in evicted)]
+    if below:
+        problems.append(f"device KV below a node the device evicted: {_short(below[0])}")
+    return problems
+
+
+def _short(path: tuple[int, ...]) -> str:
+    return f"[{len(path)} tokens ending {list(path[-3:])}]"
 
 
 def window_conserved(window: WindowState) -> list[str]:

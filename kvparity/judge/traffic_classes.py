@@ -9,6 +9,10 @@ from kvparity.model.classes import (
     TRAFFIC_BUDGET_STOP,
     TRAFFIC_CHUNK_IN_FLIGHT_FREED,
     TRAFFIC_CHUNKED,
+    TRAFFIC_HOST_DEMOTED,
+    TRAFFIC_HOST_EVICTED,
+    TRAFFIC_HOST_LOAD_BACK,
+    TRAFFIC_HOST_RETRACTION,
     TRAFFIC_OVERLAP_RETRACTION,
     TRAFFIC_RADIX_HIT_RUNNING,
     TRAFFIC_REORDERED,
@@ -54,7 +58,30 @@ def traffic_classes(scenario: TrafficScenario, result: TrafficRun) -> set[str]:
                 found.add(TRAFFIC_BUDGET_STOP)  # rows were left, a request waited: a token budget stopped it
         finished.update(rec.finished)
     return (found | {name for name, count in rare_counts(result).items() if count} | window_classes(result)
-            | state_classes(result))
+            | state_classes(result) | host_classes(result))
+
+
+def host_classes(result: TrafficRun) -> set[str]:
+    """A host tier's shapes the run met (none without one): device KV kept on the host alone, a
+    node the host kept alone holding device KV again after an iteration with a hit (loaded back),
+    a node's host KV gone (host eviction), a retraction."""
+    found: set[str] = set()
+    before: dict[tuple[int, ...], bool] = {}  # path -> on the host alone
+    for rec, snap in zip(result.decisions, result.memory):
+        if snap.host is None:
+            return found
+        now = {path: d is None for path, _h, d, _w, _l in snap.host.nodes}
+        if any(now.values()):
+            found.add(TRAFFIC_HOST_DEMOTED)
+        hit = rec.mode == "EXTEND" and any(n > 0 for n in rec.prefix_lens)
+        if hit and any(alone and now.get(path) is False for path, alone in before.items()):
+            found.add(TRAFFIC_HOST_LOAD_BACK)
+        if set(before) - set(now):
+            found.add(TRAFFIC_HOST_EVICTED)
+        if rec.retracted:
+            found.add(TRAFFIC_HOST_RETRACTION)
+        before = now
+    return found
 
 
 def window_classes(result: TrafficRun) -> set[str]:

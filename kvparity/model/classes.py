@@ -83,6 +83,12 @@ TRAFFIC_STATE_RETRACTION = "traffic: retraction of a Mamba model's request"
 TRAFFIC_STATE_RETRACTED_RESTORED = "traffic: a retracted request readmitted with its state restored from the tree (Mamba)"
 TRAFFIC_STATE = (TRAFFIC_STATE_RESTORED, TRAFFIC_STATE_EVICTED, TRAFFIC_STATE_RETRACTION,
                  TRAFFIC_STATE_RETRACTED_RESTORED)
+# A host tier's shapes (issue 35), read from the host pool's snapshots.
+TRAFFIC_HOST_DEMOTED = "traffic: device KV evicted and kept on the host (host tier)"
+TRAFFIC_HOST_LOAD_BACK = "traffic: a prefix hit loaded back from the host (host tier)"
+TRAFFIC_HOST_EVICTED = "traffic: host KV evicted (host tier)"
+TRAFFIC_HOST_RETRACTION = "traffic: retraction with a host tier"
+TRAFFIC_HOST = (TRAFFIC_HOST_DEMOTED, TRAFFIC_HOST_LOAD_BACK, TRAFFIC_HOST_EVICTED, TRAFFIC_HOST_RETRACTION)
 
 
 def _ceil(a: int, b: int) -> int:

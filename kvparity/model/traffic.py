@@ -16,8 +16,14 @@ from kvparity.model.worlds import Geometry
 LOOPS = ("normal", "overlap")
 # The models a server may serve: full attention only, a hybrid sliding-window model or a hybrid
 # linear (Mamba) model (issue 34).
-CACHES = ("full", "swa", "mamba")
-CACHE_NAMES = {"full": "full attention", "swa": "sliding window", "mamba": "Mamba"}  # as reports name them
+CACHES = ("full", "swa", "mamba", "hicache")
+CACHE_NAMES = {"full": "full attention", "swa": "sliding window", "mamba": "Mamba",
+               "hicache": "host tier (HiCache)"}  # as reports name them
+# What a real release pair's check serves unless --caches says: every model, no host tier (a
+# server option of its own, which multiplies the check's time: asked for by name).
+DEFAULT_CACHES = ("full", "swa", "mamba")
+# The write policies of a host tier (SGLang's --hicache-write-policy).
+HICACHE_WRITE_POLICIES = ("write_through", "write_back", "write_through_selective")
 # A sliding-window server's window pool, as a share of its full pool (SGLang's default
 # ``--swa-full-tokens-ratio``).
 SWA_FULL_TOKENS_RATIO = 0.8
@@ -73,6 +79,11 @@ class ServerConfig:
     # caches states without a buffer (SGLang's "no_buffer": page size 1, the normal loop).
     # None: no Mamba layer.
     mamba_slots: int | None = None
+    # A host tier (issue 35: --enable-hierarchical-cache): the host pool's size as a ratio to the
+    # KV pool's (SGLang's --hicache-ratio; None: no host tier) and how it backs the device up
+    # (--hicache-write-policy). Full attention only.
+    hicache_ratio: float | None = None
+    hicache_write_policy: str = "write_through"
 
     @property
     def window_slots(self) -> int | None:
@@ -95,6 +106,20 @@ class ServerConfig:
             raise ValueError(f"ServerConfig.chunked_prefill_size={self.chunked_prefill_size}: >= 1, or None for off")
         self._check_window()
         self._check_mamba()
+        self._check_host_tier()
+
+    def _check_host_tier(self) -> None:
+        if self.hicache_write_policy not in HICACHE_WRITE_POLICIES:
+            raise ValueError(f"ServerConfig.hicache_write_policy={self.hicache_write_policy!r}: expected one of "
+                             f"{HICACHE_WRITE_POLICIES}")
+        if self.hicache_ratio is None:
+            return
+        if not self.hicache_ratio > 0:
+            raise ValueError(f"ServerConfig.hicache_ratio={self.hicache_ratio}: must be > 0, or None for no host tier")
+        if self.sliding_window is not None or self.mamba_slots is not None:
+            raise ValueError("ServerConfig: a host tier (hicache_ratio) is driven for full attention only")
+        if not self.radix_cache:
+            raise ValueError("ServerConfig: a host tier (hicache_ratio) needs the radix cache")
 
     def _check_mamba(self) -> None:
         if self.mamba_slots is None:

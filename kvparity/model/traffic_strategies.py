@@ -16,7 +16,13 @@ from typing import Any
 from hypothesis import strategies as st
 
 from kvparity.mem_cache.schedule_policy import POLICIES
-from kvparity.model.traffic import MAMBA_SLOTS_PER_REQUEST, Arrival, ServerConfig, TrafficScenario
+from kvparity.model.traffic import (
+    HICACHE_WRITE_POLICIES,
+    MAMBA_SLOTS_PER_REQUEST,
+    Arrival,
+    ServerConfig,
+    TrafficScenario,
+)
 
 _STEM = 60
 
@@ -65,6 +71,27 @@ def mamba_models(draw: Any, config: ServerConfig) -> ServerConfig:
 
 
 @st.composite
+def host_tiers(draw: Any, config: ServerConfig) -> ServerConfig:
+    """``config`` with a host tier: a device pool small enough that the warm-up's prompts are
+    evicted from it (128 slots hold any one request drawn here), a host pool smaller than the
+    device's (the host evicts what the warm-up left) or larger (it keeps it), any write policy."""
+    return dataclasses.replace(
+        config, kv_slots=128 if config.kv_slots < 256 else draw(st.sampled_from((96, 128))),
+        hicache_ratio=draw(st.sampled_from((0.75, 1.5, 2.0))),
+        hicache_write_policy=draw(st.sampled_from(HICACHE_WRITE_POLICIES)))
+
+
+def _fillers(draw: Any, kv_slots: int) -> list[tuple[Arrival, ...]]:
+    """A host tier's run: prompts of their own between the warm-up and the burst, one at a time,
+    whose KV (from half the device pool to half as much again) pushes the warm-up's out of the
+    device, onto the host, where the burst's hits find it (or, the host full, evicted from there)."""
+    count = draw(st.integers(2, 3))
+    lengths = [draw(st.integers(kv_slots // 4, kv_slots // 2)) for _ in range(count)]
+    return [(Arrival(f"f{k}", tuple(range(200_000 + 1000 * k, 200_000 + 1000 * k + n)), 1),)
+            for k, n in enumerate(lengths)]
+
+
+@st.composite
 def traffic_scenarios(draw: Any, policies: tuple[str, ...] = POLICIES, cache: str = "full",
                       window_pages: tuple[int, ...] = (1, 4)) -> TrafficScenario:
     """``cache``: the model served (``CACHES``); a sliding-window model's pools take the page sizes
@@ -75,10 +102,14 @@ def traffic_scenarios(draw: Any, policies: tuple[str, ...] = POLICIES, cache: st
         config = draw(windows(config, window_pages))
     elif cache == "mamba":
         config = draw(mamba_models(config))
+    elif cache == "hicache":
+        config = draw(host_tiers(config))
     stems = [tuple(range(100_000 * (k + 1), 100_000 * (k + 1) + _STEM)) for k in range(2)]
     cached = [draw(st.sampled_from(stems))[: draw(st.integers(4, _STEM))] for _ in range(draw(st.integers(1, 3)))]
     arrivals: list[tuple[Arrival, ...]] = [(Arrival(f"c{i}", p, 1),) for i, p in enumerate(cached)]
     arrivals.append(())  # an idle iteration: the warm-up has finished
+    if cache == "hicache":
+        arrivals += _fillers(draw, config.kv_slots)
     burst = []
     if not pressure and draw(st.booleans()):
         # The shape pull request #11200's ranking key tells apart: a cached prompt cut one short with

@@ -29,7 +29,13 @@ from kvparity.engine.traffic_run import TrafficRun
 from kvparity.judge.admission import TrafficJudgement, judge_traffic, traffic_problems
 from kvparity.judge.traffic_classes import rare_counts, traffic_classes
 from kvparity.mem_cache.schedule_policy import POLICIES
-from kvparity.model.classes import TRAFFIC_CHUNK_IN_FLIGHT_FREED, TRAFFIC_REQUIRED, TRAFFIC_STATE, TRAFFIC_WINDOW
+from kvparity.model.classes import (
+    TRAFFIC_CHUNK_IN_FLIGHT_FREED,
+    TRAFFIC_HOST,
+    TRAFFIC_REQUIRED,
+    TRAFFIC_STATE,
+    TRAFFIC_WINDOW,
+)
 from kvparity.model.traffic import CACHE_NAMES, LOOPS, TrafficScenario, traffic_to_dict
 from kvparity.model.traffic_strategies import traffic_scenarios
 from kvparity.run.candidates import traffic_candidates
@@ -44,7 +50,7 @@ DEFAULT_TRAFFIC_EXAMPLES = 40  # per schedule policy and event loop
 HYBRID_POLICIES = ("fcfs", "lpm")
 # The loops a hybrid model is served in: a Mamba model's tree without a state buffer (SGLang's
 # no_buffer) refuses the overlap loop.
-HYBRID_LOOPS = {"swa": LOOPS, "mamba": ("normal",)}
+HYBRID_LOOPS = {"swa": LOOPS, "mamba": ("normal",), "hicache": LOOPS}
 # The rare shape Hypothesis steers toward (``hypothesis.target``). Measured on the default check of
 # 0.5.3.post1 against 0.5.3 (320 scenarios, 160 in the overlap loop), unsteered -> steered: rows
 # freed under a chunk in flight 31 -> 87 of 160, retractions in the overlap loop 24 -> 60 of 160,
@@ -102,7 +108,7 @@ class SchedulerDrive:
     name = "scheduler"
     counts_all = True
     required: tuple[str, ...] = TRAFFIC_REQUIRED
-    model_classes: tuple[str, ...] = TRAFFIC_WINDOW + TRAFFIC_STATE  # shown by task, not required
+    model_classes: tuple[str, ...] = TRAFFIC_WINDOW + TRAFFIC_STATE + TRAFFIC_HOST  # shown by task, not required
 
     def __init__(self, spec: SchedulerSpec, players: tuple[TrafficPlayer, TrafficPlayer] | None = None) -> None:
         """``players``: the caller's (reference, checked), closed by the caller; without them, the

@@ -153,8 +153,36 @@ REAL_STATE_MUTANTS: tuple[RealMutant, ...] = (
                "                req.kv.mamba_pool_idx = mid[0]\n                req.kv.mamba_needs_clear = False\n",
                against="0.5.23"),
 )
+# For the host-tier judges (issue 35): copies of 0.5.23 whose HiCache goes wrong; each is killed by
+# ``--drive scheduler --caches hicache`` against the release.
+_TREE_CORE = f"{_MEM}/unified_cache/unified_tree_core.py"
+REAL_HOST_MUTANTS: tuple[RealMutant, ...] = (
+    RealMutant("hicache-load-back-skips-copy",
+               "a load-back gives the request device slots for the prefix the host keeps, but copies nothing into "
+               "them", "0.5.23", "sglang/srt/managers/cache_controller.py",
+               "            self._l2_load_transfers(host_indices, device_indices, pool_transfers),\n",
+               "            [],\n", against="0.5.23"),
+    RealMutant("hicache-demotion-pruned",
+               "device eviction deletes a node the host backs up (and frees its host copy) instead of demoting it "
+               "to the host: the host tier is never hit", "0.5.23", _TREE_CORE,
+               "            self._demote(\n                node,\n                result.tracker,\n",
+               "            self._delete_unbacked_device_leaf(\n                node,\n                result.tracker,\n",
+               against="0.5.23"),
+    RealMutant("hicache-host-slots-freed-twice",
+               "the host slots an eviction frees are released twice (as a release on two completion paths does)",
+               "0.5.23", f"{_MEM}/unified_radix_cache.py",
+               "            self.components[ct].free_host_values(host_frees.pop(ct))\n",
+               "            values = host_frees.pop(ct)\n            self.components[ct].free_host_values(values)\n"
+               "            self.components[ct].free_host_values(values)\n", against="0.5.23"),
+    RealMutant("hicache-host-evicted-during-load-back",
+               "write-back's reclaim of host copies the device also holds takes one a load-back still lists",
+               "0.5.23", _TREE_CORE,
+               "            node.write_through_pending_id is not None\n"
+               "            or node.load_back_pending_id is not None\n        ):\n",
+               "            node.write_through_pending_id is not None\n        ):\n", against="0.5.23"),
+)
 ALL_REAL_MUTANTS = (REAL_MUTANTS + REAL_MUTANTS_PREFIX_LEN + REAL_INFLIGHT_MUTANTS + REAL_MEMORY_MUTANTS
-                    + REAL_WINDOW_MUTANTS + REAL_STATE_MUTANTS)
+                    + REAL_WINDOW_MUTANTS + REAL_STATE_MUTANTS + REAL_HOST_MUTANTS)
 REAL_MUTANTS_BY_NAME = {m.name: m for m in ALL_REAL_MUTANTS}
 
 

@@ -24,8 +24,10 @@ from typing import Any
 
 import torch
 
-from kvparity.engine.canary import StateView
+from kvparity.engine.canary import LaneStore, StateView
 from kvparity.engine.real import RealSGLangError
+from kvparity.engine.real.host_tier import KV_LANES, HostTier
+from kvparity.engine.real.host_tier import attach as attach_host_tier
 from kvparity.engine.real.hybrid_pools import (
     MAMBA_CACHE_CHUNK_SIZE,
     Mamba,
@@ -313,6 +315,15 @@ class GeometryView:
         )
 
 
+def _check_host_tier(entry: VersionEntry, hybrid: bool, cache_kind: str) -> None:
+    """Refuse a host tier kvparity does not drive, naming why."""
+    if entry.host_tier is None:
+        raise RealSGLangError(f"SGLang {entry.version}: its host tier (HiRadixCache) is not driven yet "
+                              f"(kvparity drives UnifiedRadixCache's, 0.5.19+)")
+    if hybrid or cache_kind != "radix":
+        raise RealSGLangError("a host tier is driven for a full-attention model with its radix cache only")
+
+
 def sglang_out_of_memory(entry: VersionEntry, exc: BaseException) -> Exhausted | None:
     """The typed form of SGLang's out-of-memory error. SGLang raises a plain ``RuntimeError`` in
     its own words (the version table's ``oom_messages``); this is the one place that reads them:
@@ -329,13 +340,19 @@ class RealWorld:
     def __init__(self, entry: VersionEntry, backend: str, geometry: Any, cache_kind: str, device: str = "cpu", *,
                  tree_class: str | None = None, tree_core: str | None = None, sliding_window: int | None = None,
                  swa_kv_slots: int | None = None, swa_eviction_interval: int | None = None,
-                 mamba_slots: int | None = None) -> None:
+                 mamba_slots: int | None = None, hicache_ratio: float | None = None,
+                 hicache_write_policy: str = "write_through") -> None:
         # A hybrid sliding-window model (its window and window pool), a hybrid linear model (its
         # state pool), or full attention (both None).
         self.window = None if sliding_window is None else Window(sliding_window, swa_kv_slots or 0,
                                                                  swa_eviction_interval)
         self.mamba = None if mamba_slots is None else Mamba(mamba_slots)
         hybrid = self.window is not None or self.mamba is not None
+        # A host tier (issue 35): full attention, on the tree the release attaches HiCache to.
+        self.host = None if hicache_ratio is None else HostTier(hicache_ratio, hicache_write_policy)
+        if self.host is not None:
+            _check_host_tier(entry, hybrid, cache_kind)
+            tree_core = tree_core or "python"  # kvparity reads each node's host slots: the Python core's
         # The tree a server of this release builds (UnifiedRadixCache from 0.5.19, or from 0.5.16 for
         # a hybrid model, on the release's default core), unless a world asks for another tree or core.
         unified = entry.unified_radix_cache is not None or (hybrid and entry.hybrid_tree == "unified")
@@ -346,6 +363,8 @@ class RealWorld:
                                   f"{('radix', 'unified') if unified else ('radix',)}")
         if hybrid and cache_kind == "chunk":
             raise RealSGLangError("a hybrid model's chunk cache (radix cache disabled) is not driven yet")
+        if self.host is not None and self.tree_class != "unified":
+            raise RealSGLangError(f"tree_class={self.tree_class!r}: a host tier attaches to UnifiedRadixCache")
         if tree_core is not None and tree_core not in entry.tree_cores:
             raise RealSGLangError(f"tree_core={tree_core!r}: SGLang {entry.version} has {entry.tree_cores or 'one core'}")
         if backend not in BACKENDS:
@@ -370,6 +389,7 @@ class RealWorld:
             disable_radix_cache=cache_kind == "chunk",
             speculative_algorithm=None,
             disaggregation_mode="null",
+            **({} if self.host is None else self.host.server_fields()),
         )
         if self.mamba is not None:  # what a Mamba tree reads of the model's config, preset (none is loaded)
             self.server_args._mamba_cache_chunk_size = MAMBA_CACHE_CHUNK_SIZE
@@ -396,14 +416,20 @@ class RealWorld:
         self.observed: dict[str, Any] = {}
         self._observe_allocator()
         self.tree_cache = self._make_tree_cache()
+        self.host_pool = None if self.host is None else attach_host_tier(self.tree_cache, self.server_args,
+                                                                         self._cache_init_params)
 
     def _full_attention_pools(self) -> None:
         sg, g = self.sg, self.geometry
-        # The smallest real KV pool: the allocators only store it.
+        # The smallest real KV pool: the allocators only store it; a host tier's keeps the canary
+        # (``kv_canary_store``), which its copies to and from the host then carry.
+        dtype, width = (KV_DTYPE, 1) if self.host is None else (torch.float32, KV_LANES)
         self.kv_pool = sg.MHATokenToKVPool(
-            g.kv_slots, g.page_size, KV_DTYPE, head_num=1, head_dim=1, layer_num=1,
+            g.kv_slots, g.page_size, dtype, head_num=1, head_dim=width, layer_num=1,
             device=self.device, enable_memory_saver=False,
         )
+        if self.host is not None:
+            self.kv_pool.k_buffer[0].zero_()
         if g.page_size == 1:
             self.allocator = sg.TokenToKVPoolAllocator(g.kv_slots, KV_DTYPE, self.device, self.kv_pool, g.need_sort)
         else:
@@ -445,7 +471,16 @@ class RealWorld:
             params["tree_core_backend"] = self.tree_core
         elif self.tree_core is not None:
             os.environ["SGLANG_UNIFIED_RADIX_TREE_CORE_BACKEND"] = self.tree_core
-        return _lookup(UNIFIED_RADIX_CACHE)(sg.CacheInitParams(**params))  # from 0.5.16 for a hybrid model
+        self._cache_init_params = sg.CacheInitParams(**params)
+        return _lookup(UNIFIED_RADIX_CACHE)(self._cache_init_params)  # from 0.5.16 for a hybrid model
+
+    def kv_canary_store(self) -> LaneStore | None:
+        """Where the forward's canary keeps the KV: in the KV pool itself for a host tier (its
+        copies carry it), else None (a side table)."""
+        if self.host is None:
+            return None
+        keys = self.kv_pool.k_buffer[0]
+        return LaneStore(keys.view(keys.shape[0], -1).numpy())
 
     # ------------------------------------------------------------------ kvparity's World interface
 

@@ -26,11 +26,10 @@ from typing import Any
 import numpy as np
 import torch
 
-from kvparity.engine.canary import StateView
+from kvparity.engine.canary import StateView, float_lanes, int_lanes
 from kvparity.engine.real import RealSGLangError
 from kvparity.engine.real.names import lookup
 from kvparity.engine.real.versions import VersionEntry
-from kvparity.model.canary import UNSTAMPED
 
 FULL_LAYER, WINDOW_LAYER = 1, 0  # the model's layer ids (SGLang's layers_mapping keys)
 MAMBA_LAYER = 0  # a hybrid linear model's Mamba layer (beside FULL_LAYER)
@@ -182,28 +181,14 @@ def state_view(req_to_token_pool: Any, rows: dict[str, int]) -> StateView:
     flat = temporal[0].view(temporal.shape[1], -1)
 
     def read(slots: np.ndarray) -> np.ndarray:
-        return _decode(flat[torch.as_tensor(slots, dtype=torch.int64)][:, :_STATE_LANES].numpy(force=True))
+        return int_lanes(flat[torch.as_tensor(slots, dtype=torch.int64)][:, :_STATE_LANES].numpy(force=True), 3)
 
     def write(slots: np.ndarray, canaries: np.ndarray) -> None:
-        flat[torch.as_tensor(slots, dtype=torch.int64), :_STATE_LANES] = torch.as_tensor(_encode(canaries), dtype=flat.dtype, device=flat.device)
+        flat[torch.as_tensor(slots, dtype=torch.int64), :_STATE_LANES] = torch.as_tensor(float_lanes(canaries), dtype=flat.dtype, device=flat.device)
 
     return StateView({rid: int(mapping[row]) for rid, row in rows.items()}, read, write)
 
 
-
-
-def _encode(canaries: np.ndarray) -> np.ndarray:
-    h = canaries[:, 2].astype(np.uint64)
-    parts = [(h >> np.uint64(16 * k)) & np.uint64(0xFFFF) for k in range(4)]
-    return np.stack([canaries[:, 0], canaries[:, 1], *parts], axis=1).astype(np.float32)
-
-
-def _decode(lanes: np.ndarray) -> np.ndarray:
-    v = lanes.astype(np.int64)
-    h = sum(v[:, 2 + k] << (16 * k) for k in range(4))
-    out = np.stack([v[:, 0], v[:, 1], h], axis=1)
-    out[(v == 0).all(axis=1)] = UNSTAMPED  # a cleared slot: the empty state
-    return out
 
 
 def run_deferred_state_work(req_to_token_pool: Any, batch: Any) -> None:

@@ -388,10 +388,14 @@ def _knobs(config: dict[str, Any]) -> Knobs:
     )
 
 
-def _hybrid(config: dict[str, Any]) -> dict[str, int | None]:
-    """A hybrid model's settings (none for full attention): a Mamba model's state slots, or a
+def _hybrid(config: dict[str, Any]) -> dict[str, Any]:
+    """A hybrid model's settings (none for full attention): a host tier's ratio and write policy,
+    a Mamba model's state slots, or a
     sliding-window model's window, its pool sized as ``ServerConfig.window_slots`` says (SGLang's
     default share where the scenario leaves it)."""
+    if config.get("hicache_ratio") is not None:
+        return {"hicache_ratio": float(config["hicache_ratio"]),
+                "hicache_write_policy": str(config.get("hicache_write_policy", "write_through"))}
     if config.get("mamba_slots") is not None:
         return {"mamba_slots": int(config["mamba_slots"])}
     if config.get("sliding_window") is None:

@@ -85,6 +85,15 @@ STANDINS: dict[str, StandIn] = {
         "imports sgl_kernel.kvcacheio unconditionally on CUDA and CPU", False),
 }
 
+HOST_POOL_MODULE = "sglang.srt.mem_cache.memory_pool_host"
+
+
+def table(host_pools: bool = False) -> dict[str, StandIn]:
+    """The stand-ins of a worker; ``host_pools``: keep SGLang's real host pools (a release that
+    imports ``sgl_kernel.kvcacheio`` on CUDA only, whose HiCache kvparity drives)."""
+    return {name: s for name, s in STANDINS.items() if not (host_pools and name == HOST_POOL_MODULE)}
+
+
 # Must never get a stand-in: SGLang imports them inside try/except and falls back without them.
 NEVER_STAND_IN = ("sgl_kernel", "torch_memory_saver", "flashinfer", "vllm", "deep_gemm", "triton", "torch", "numpy")
 

@@ -31,12 +31,15 @@ import os
 import re
 import sys
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from kvparity.engine.real import RealSGLangError
 
 NodeEntry = tuple[str | None, tuple[int, ...], tuple[int, ...], int]
+# A node with host KV: its path, host slots, device slots (None: evicted from the device), and
+# whether a backup to the host or a load-back to the device lists it.
+HostNode = tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...] | None, bool, bool]
 
 _RUST_ADAPTER = "sglang.srt.mem_cache.rust_tree_core.adapter"
 # One pretty_print line: indent, "[node id]", key length, "full_lock=N", then "Full=yes|no".
@@ -105,20 +108,40 @@ def unified_tree_nodes(cache: Any) -> list[NodeEntry]:
 
 
 def _python_nodes(core: Any, full: Any) -> list[NodeEntry]:
+    """The nodes holding device KV (a host tier's host-only nodes hold none: ``host_nodes``)."""
     out: list[NodeEntry] = []
+    for node, path, data in _walk(core, full):
+        if data.value is None:
+            if getattr(data, "host_value", None) is None:
+                raise UnifiedTreeUnsupported(f"node {node.id} has neither a FULL device value nor a host value")
+            continue
+        out.append((node.key.extra_key, path, tuple(int(v) for v in data.value.tolist()), int(data.lock_ref)))
+    return out
+
+
+def _walk(core: Any, full: Any) -> Iterator[tuple[Any, tuple[int, ...], Any]]:
+    """Every non-root node of the Python core, its full token path and its FULL component."""
     stack: list[tuple[Any, tuple[int, ...]]] = [(child, ()) for child in core.root_node.children.values()]
     while stack:
         node, prefix = stack.pop()
-        key = node.key
-        if key.is_bigram:
+        if node.key.is_bigram:
             raise UnifiedTreeUnsupported("bigram (EAGLE) tree keys are not supported")
-        data = node.component_data[full]
-        if data.value is None:
-            raise UnifiedTreeUnsupported(f"node {node.id} has no FULL device value (host-only nodes are not supported)")
-        path = prefix + tuple(int(t) for t in key.raw_token_ids())
-        out.append((key.extra_key, path, tuple(int(v) for v in data.value.tolist()), int(data.lock_ref)))
+        path = prefix + tuple(int(t) for t in node.key.raw_token_ids())
+        yield node, path, node.component_data[full]
         stack.extend((child, path) for child in node.children.values())
-    return out
+
+
+def host_nodes(cache: Any) -> list[HostNode]:
+    """A host tier's nodes with host KV or listed by a load-back (``HostNode``), sorted by path
+    (the Python core; the Rust core lists no host values)."""
+    if tree_core_kind(cache) != "python":
+        raise UnifiedTreeUnsupported("a host tier's nodes are read from the Python tree core only")
+    out = [(path, () if data.host_value is None else tuple(int(v) for v in data.host_value.tolist()),
+            None if data.value is None else tuple(int(v) for v in data.value.tolist()),
+            node.write_through_pending_id is not None, node.load_back_pending_id is not None)
+           for node, path, data in _walk(_core(cache), _components(cache)[0])
+           if data.host_value is not None or node.load_back_pending_id is not None]
+    return sorted(out, key=lambda e: e[0])
 
 
 # --------------------------------------------------------------------------- the Rust core

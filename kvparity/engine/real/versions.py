@@ -158,11 +158,19 @@ class VersionEntry:
     # Whether the window pool takes a page size (0.5.8+: SWATokenToKVPoolAllocator(page_size=...));
     # before, a sliding-window model's pools are page size 1 only.
     paged_swa: bool = False
+    # The host tier a server attaches with --enable-hierarchical-cache, where kvparity drives it
+    # (issue 35): "unified" (0.5.19+: UnifiedRadixCache.init_hicache, the plain model's tree).
+    # None: not driven (HiRadixCache, 0.5.3 .. 0.5.18, is not yet).
+    host_tier: str | None = None
 
     @property
     def serves_mamba(self) -> bool:
         """Whether a hybrid linear (Mamba) model's server has a tree: MambaRadixCache or UnifiedRadixCache's MAMBA."""
         return self.mamba_tree is not None or self.hybrid_tree == "unified"
+
+    def serves(self, cache: str) -> bool:
+        """Whether kvparity drives this release serving ``cache`` (a name of ``traffic.CACHES``)."""
+        return {"mamba": self.serves_mamba, "hicache": self.host_tier is not None}.get(cache, True)
 
     @property
     def prefill_only_possible(self) -> bool:
@@ -268,7 +276,7 @@ CHANGES: tuple[tuple[str, dict[str, object]], ...] = (
     ("0.5.19", dict(
         release_req_params=("idx", "remaing_req_count", "offload_kv"), req_kv_info=True,
         protected_len_field="kv.cache_protected_len",
-        unified_radix_cache=UNIFIED_RADIX_CACHE, tree_cores=("python",),
+        unified_radix_cache=UNIFIED_RADIX_CACHE, tree_cores=("python",), host_tier="unified",
     )),
     ("0.5.20", dict()),
     # The Rust core ships, and is the default, from 0.5.21; the hybrid trees of their own are gone.

@@ -546,7 +546,8 @@ def _startup(args: argparse.Namespace, ctx: Context) -> None:
     # (a worker started by hand), probe here.
     entry = versions.SUPPORTED[args.entry] if args.entry else install.probe_source(folder, on_disk, "path").entry
     sys.path.insert(0, folder)
-    ctx.standins = standins.install()
+    # A release whose host tier kvparity drives needs its real host pools (importable on a CPU).
+    ctx.standins = standins.install(standins.table(host_pools=entry.host_tier is not None))
     t0 = time.perf_counter()
     where = (
         entry.write_cache_indices or "", entry.get_last_loc, entry.alloc_extend_caller, entry.globals_target,

@@ -1,0 +1,121 @@
+"""The host tier (issue 35): HiCache keeps evicted KV in host memory and loads it back on a prefix
+hit. kvparity keeps a HiCache world's canary in the real pool's KV itself, so the release's own
+copies between device and host carry it, and a load-back is read as it restored it."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from kvparity.engine.canary import KVCanary, LaneStore, SlotStore
+from kvparity.engine.snapshot import HostState
+from kvparity.judge.memory import run_problems
+from kvparity.judge.oracles import host_nodes_consistent, host_slots_conserved
+from kvparity.judge.traffic_classes import host_classes
+from kvparity.model.classes import TRAFFIC_HOST_DEMOTED, TRAFFIC_HOST_LOAD_BACK
+from kvparity.model.canary import UNSTAMPED
+from kvparity.model.traffic import Arrival, ServerConfig, TrafficScenario, traffic_geometry
+
+
+def test_a_lane_store_keeps_the_canary_in_the_kv_exactly():
+    kv = np.zeros((8, 8), dtype=np.float32)
+    store = LaneStore(kv)
+    values = np.array([[300_059, 61, (1 << 63) - 12345, 2], [7, 0, 1, 0]], dtype=np.int64)
+    store.put(np.array([3, 5]), values)
+    assert np.array_equal(store.get(np.array([5, 3, 4, -1])),
+                          np.array([values[1], values[0], [UNSTAMPED] * 4, [UNSTAMPED] * 4]))
+    kv[6] = kv[3]  # a copy of the KV (a load-back) is a copy of the canary
+    assert np.array_equal(store.get(np.array([6])), values[:1])
+    store.put(np.array([3]), np.full((1, 4), UNSTAMPED))  # an undone write: the slot never written
+    assert not kv[3].any()
+
+
+def test_a_lane_store_refuses_what_float32_cannot_hold_exactly():
+    with pytest.raises(ValueError, match="cannot be kept exact in float32"):
+        LaneStore(np.zeros((4, 8), dtype=np.float32)).put(np.array([1]), np.array([[1 << 24, 0, 5, 0]]))
+    with pytest.raises(ValueError, match="past the pool's 4"):
+        LaneStore(np.zeros((4, 8), dtype=np.float32)).put(np.array([4]), np.array([[1, 0, 5, 0]]))
+    with pytest.raises(ValueError, match="float32"):
+        LaneStore(np.zeros((4, 8), dtype=np.float16))
+
+
+def test_a_canary_on_a_lane_store_reads_as_on_a_side_table():
+    from kvparity.engine.canary import ForwardRequest
+    reads = []
+    for store in (SlotStore(), LaneStore(np.zeros((16, 8), dtype=np.float32))):
+        canary = KVCanary(store)
+        first = ForwardRequest("a", 1, 3, 0, (5, 6, 7), (1, 2, 3), (5, 6, 7))
+        canary.land(canary.launch(0, [first], {1: np.array([1, 2, 3])}), [])
+        second = ForwardRequest("b", 2, 4, 3, (9,), (4,), (5, 6, 7, 9))
+        launch = canary.launch(1, [second], {2: np.array([1, 2, 3, 4])})
+        reads.append((launch.last_hashes, launch.violations))
+    assert reads[0] == reads[1] and reads[0][1] == []
+
+
+def _host(nodes, free, available=None):
+    return HostState(slots=8, free=tuple(free), nodes=tuple(nodes),
+                     available_size=len(free) if available is None else available)
+
+
+def test_every_host_slot_is_free_or_backs_exactly_one_node():
+    """Eight host slots: the node (1, 2) is backed by host slots 0-1 and still on the device in 5-6;
+    (1, 2, 3) by host slot 2, evicted from the device; 3-7 are free."""
+    nodes = [((1, 2), (0, 1), (5, 6), False, False), ((1, 2, 3), (2,), None, False, False)]
+    assert host_slots_conserved(_host(nodes, range(3, 8))) == []
+    assert host_slots_conserved(_host(nodes, range(2, 8))) == [
+        "host slots in two places at once (free, backing a node): [2]"]
+    assert host_slots_conserved(_host(nodes, range(4, 8))) == [
+        "host slots neither free nor backing a node (leaked): [3]"]
+    assert host_slots_conserved(_host(nodes, [*range(3, 8), 8])) == ["host slots that are no slots of the pool: [8]"]
+    assert host_slots_conserved(_host(nodes, range(3, 8), available=4)) == [
+        "host available_size 4 is not the 5 free slots"]
+
+
+def test_no_host_slot_is_freed_while_a_transfer_lists_it():
+    """A load-back lists (1, 2, 3)'s host slot 2: freed meanwhile (a host eviction during the
+    load-back), it is both free and listed."""
+    loading = [((1, 2, 3), (2,), (7,), False, True)]
+    assert host_slots_conserved(_host(loading, [2, 3, 4, 5, 6, 7, 0, 1])) == [
+        "host slots in two places at once (free, backing a node): [2]",
+        "host slots freed while a transfer lists them: [2]"]
+
+
+def test_a_node_s_device_and_host_states_agree():
+    """(1, 2) holds two device slots but one host slot; (1, 2, 3, 4) is being loaded back without
+    device slots; and the device tree still holds KV below (5, 6), which the device evicted."""
+    nodes = [((1, 2), (0,), (5, 6), False, False), ((1, 2, 3, 4), (1, 2), None, False, True),
+             ((5, 6), (3, 4), None, False, False)]
+    device_tree = ((None, (1, 2), (5, 6), 0), (None, (5, 6, 7), (9,), 0))
+    assert host_nodes_consistent(_host(nodes, range(5, 8)), device_tree) == [
+        "node [2 tokens ending [1, 2]]: 2 device slots but 1 host slots",
+        "node [4 tokens ending [2, 3, 4]]: a load-back lists it, but it has no device slots",
+        "device KV below a node the device evicted: [3 tokens ending [5, 6, 7]]"]
+
+
+A = tuple(range(100, 140))
+
+
+def load_back_scenario(policy: str = "write_through") -> TrafficScenario:
+    """``a`` (40 tokens) finishes, the tree keeps it (backed up to the host); ``b`` and ``c`` (40
+    of their own each) need the device's 64 slots, so a's KV is evicted from the device and kept
+    on the host alone; ``d`` (a's prompt and two more) hits it there: loaded back, not recomputed."""
+    config = ServerConfig(pool_rows=4, max_running_requests=4, kv_slots=64, hicache_ratio=2.0,
+                          hicache_write_policy=policy)
+    fresh = [tuple(range(1000 * k, 1000 * k + 40)) for k in (2, 3)]
+    return TrafficScenario(config, ((Arrival("a", A, 1),), (), (Arrival("b", fresh[0], 1),), (),
+                                    (Arrival("c", fresh[1], 1),), (), (Arrival("d", A + (5, 6), 2),)))
+
+
+@pytest.mark.parametrize("release", ["0.5.23"])
+def test_a_prefix_the_device_evicted_is_loaded_back_from_the_host(release_workers, release):
+    from kvparity.engine.traffic_run import TrafficRun
+
+    scenario = load_back_scenario()
+    config, arrivals = scenario.to_plain()
+    run = TrafficRun.from_plain(release_workers(release).call("run_traffic", config=config, arrivals=arrivals))
+    assert run.error is None, run.error
+    assert run_problems(traffic_geometry(scenario), run.memory) == []
+    assert [read.line() for snap in run.memory for read in snap.record.canary] == []
+    hits = {rid: hit for rec in run.decisions if rec.mode == "EXTEND" for rid, hit in zip(rec.rids, rec.prefix_lens)}
+    assert hits["d"] == 40, hits
+    assert {TRAFFIC_HOST_DEMOTED, TRAFFIC_HOST_LOAD_BACK} <= host_classes(run)
