@@ -12,8 +12,8 @@ from kvparity.engine.snapshot import HostState
 from kvparity.judge.memory import run_problems
 from kvparity.judge.oracles import host_nodes_consistent, host_slots_conserved
 from kvparity.judge.traffic_classes import host_classes
-from kvparity.model.classes import TRAFFIC_HOST_DEMOTED, TRAFFIC_HOST_LOAD_BACK
 from kvparity.model.canary import UNSTAMPED
+from kvparity.model.classes import TRAFFIC_HOST_DEMOTED, TRAFFIC_HOST_LOAD_BACK
 from kvparity.model.traffic import Arrival, ServerConfig, TrafficScenario, traffic_geometry
 
 
