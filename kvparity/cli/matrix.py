@@ -56,8 +56,9 @@ def add(commands: argparse._SubParsersAction, parser_class: type) -> None:
     sub.add_argument("--traffic-examples", type=int, default=None, metavar="N",
                      help=f"with --drive scheduler: traffic scenarios per policy and loop (default {DEFAULT_TRAFFIC})")
     sub.add_argument("--caches", type=caches_option, default=None, metavar="C[,C...]",
-                     help="with --drive scheduler: the models the tasks serve, of full, swa and mamba (default: full "
-                          "attention alone; a hybrid model's tasks are played where both releases serve it)")
+                     help="with --drive scheduler: the models the tasks serve, of full, swa, mamba and hicache (default: "
+                          "full attention alone; a hybrid model's or host tier's tasks are played where both releases "
+                          "serve it)")
     sub.add_argument("--power", metavar="P%",
                      help="scenarios per task (template, or schedule policy and event loop) enough to rule out, with "
                           "95%% probability, a difference reached by more than P%% of them (2%%: 149); instead of "

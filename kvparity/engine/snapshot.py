@@ -109,21 +109,25 @@ class MambaState:
 class HostState:
     """A host tier's pool after an iteration: its slots (``0 .. slots-1``), the free ones, and the
     tree's nodes holding host KV (``HostNode``: path, host slots, device slots or None once the
-    device evicted them, whether a backup or a load-back lists them). Every host slot is free or
-    backs exactly one node; none a transfer lists is free."""
+    device evicted them, whether a backup or a load-back lists them), and the host slots a fetch
+    from storage holds outside the tree (``in_flight``). Every host slot is exactly one of free,
+    backing one node, or in flight; none a transfer lists is free."""
 
     slots: int
     free: tuple[int, ...]
     nodes: tuple[tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...] | None, bool, bool], ...]
     available_size: int
+    in_flight: tuple[int, ...] = ()
 
     def to_plain(self) -> dict[str, Any]:
         return {"slots": self.slots, "free": list(self.free), "available_size": self.available_size,
+                "in_flight": list(self.in_flight),
                 "nodes": [[list(p), list(h), None if d is None else list(d), w, ld] for p, h, d, w, ld in self.nodes]}
 
     @classmethod
     def from_plain(cls, data: dict[str, Any]) -> HostState:
         return cls(slots=int(data["slots"]), free=tuple(data["free"]), available_size=int(data["available_size"]),
+                   in_flight=tuple(data.get("in_flight", ())),
                    nodes=tuple((tuple(p), tuple(h), None if d is None else tuple(d), bool(w), bool(ld))
                                for p, h, d, w, ld in data["nodes"]))
 
@@ -336,13 +340,21 @@ def window_state(allocator: Any, tree: Any, radix: bool) -> WindowState | None:
 
 def host_state(host_pool: Any, tree: Any) -> HostState:
     """A host tier's pool: its free slots (the free list and, from 0.5.20, the freed chunks not yet
-    merged back into it) and the tree's nodes holding host KV."""
+    merged back into it), the tree's nodes holding host KV, and the slots fetches from storage
+    hold (each fetch's, and the pages of one its transfer gives back, not yet released)."""
     from kvparity.engine.real.unified_tree import host_nodes  # worker side: SGLang's tree
 
-    released = [_host_copy(t) for t in getattr(host_pool, "release_slots", ())]
+    released = [_host_copy(t) for t in getattr(host_pool, "release_slots", ()) if t is not None]
     free = torch.cat([_host_copy(host_pool.free_slots), *released]) if released else _host_copy(host_pool.free_slots)
+    fetching = {int(s) for fetch in getattr(tree, "ongoing_prefetch", {}).values()
+                if fetch.host_indices is not None for s in _host_copy(fetch.host_indices).tolist()}
+    controller = tree.cache_controller
+    releasing = getattr(controller, "host_mem_release_queue", None)
+    fetching |= {int(s) for page in (list(releasing.queue) if releasing is not None else [])
+                 if page is not None for s in _host_copy(page).tolist()}
     return HostState(slots=int(host_pool.size), free=tuple(int(s) for s in free.tolist()),
-                     nodes=tuple(host_nodes(tree)), available_size=int(host_pool.available_size()))
+                     nodes=tuple(host_nodes(tree)), available_size=int(host_pool.available_size()),
+                     in_flight=tuple(sorted(fetching)))
 
 
 def state_allocator(req_to_token_pool: Any) -> Any:

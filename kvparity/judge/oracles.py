@@ -74,21 +74,22 @@ def host_tier_problems(after: Snapshot) -> list[str]:
 
 
 def host_slots_conserved(host: HostState) -> list[str]:
-    """Every host slot is exactly one of free or backing one node (a backup in flight already backs
-    its node), none a transfer lists is free, and nothing else is handed out."""
+    """Every host slot is exactly one of free, backing one node (a backup in flight already backs
+    its node) or held by a fetch from storage, none a transfer lists is free, and nothing else is
+    handed out."""
     backing = Counter(s for _p, h, _d, _w, _l in host.nodes for s in h)
-    places = Counter(host.free) + backing
+    places = Counter(host.free) + backing + Counter(host.in_flight)
     problems = []
     twice = sorted(s for s, n in places.items() if n > 1)
     if twice:
-        problems.append(f"host slots in two places at once (free, backing a node): {twice[:6]}")
+        problems.append(f"host slots in two places at once (free, backing a node, fetched from storage): {twice[:6]}")
     stray = sorted(s for s in places if not 0 <= s < host.slots)
     if stray:
         problems.append(f"host slots that are no slots of the pool: {stray[:6]}")
     lost = sorted(set(range(host.slots)) - set(places))
     if lost:
-        problems.append(f"host slots neither free nor backing a node (leaked): {lost[:6]}")
-    listed = sorted(set(host.free) & {s for _p, h, _d, w, ld in host.nodes if w or ld for s in h})
+        problems.append(f"host slots neither free, nor backing a node, nor fetched from storage (leaked): {lost[:6]}")
+    listed = sorted(set(host.free) & ({s for _p, h, _d, w, ld in host.nodes if w or ld for s in h} | set(host.in_flight)))
     if listed:
         problems.append(f"host slots freed while a transfer lists them: {listed[:6]}")
     if host.available_size != len(host.free):

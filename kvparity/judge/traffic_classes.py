@@ -22,6 +22,7 @@ from kvparity.model.classes import (
     TRAFFIC_STATE_RESTORED,
     TRAFFIC_STATE_RETRACTED_RESTORED,
     TRAFFIC_STATE_RETRACTION,
+    TRAFFIC_STORAGE_HIT,
     TRAFFIC_TOMBSTONE,
     TRAFFIC_TOMBSTONE_HIT,
     TRAFFIC_WINDOW_EVICTED,
@@ -64,7 +65,7 @@ def traffic_classes(scenario: TrafficScenario, result: TrafficRun) -> set[str]:
 def host_classes(result: TrafficRun) -> set[str]:
     """A host tier's shapes the run met (none without one): device KV kept on the host alone, a
     node the host kept alone holding device KV again after an iteration with a hit (loaded back),
-    a node's host KV gone (host eviction), a retraction."""
+    a node's host KV gone (host eviction), a retraction, host slots a fetch from storage holds."""
     found: set[str] = set()
     before: dict[tuple[int, ...], bool] = {}  # path -> on the host alone
     for rec, snap in zip(result.decisions, result.memory):
@@ -80,6 +81,8 @@ def host_classes(result: TrafficRun) -> set[str]:
             found.add(TRAFFIC_HOST_EVICTED)
         if rec.retracted:
             found.add(TRAFFIC_HOST_RETRACTION)
+        if snap.host.in_flight:
+            found.add(TRAFFIC_STORAGE_HIT)
         before = now
     return found
 

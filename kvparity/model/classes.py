@@ -88,7 +88,9 @@ TRAFFIC_HOST_DEMOTED = "traffic: device KV evicted and kept on the host (host ti
 TRAFFIC_HOST_LOAD_BACK = "traffic: a prefix hit loaded back from the host (host tier)"
 TRAFFIC_HOST_EVICTED = "traffic: host KV evicted (host tier)"
 TRAFFIC_HOST_RETRACTION = "traffic: retraction with a host tier"
-TRAFFIC_HOST = (TRAFFIC_HOST_DEMOTED, TRAFFIC_HOST_LOAD_BACK, TRAFFIC_HOST_EVICTED, TRAFFIC_HOST_RETRACTION)
+TRAFFIC_STORAGE_HIT = "traffic: a prefix fetched from storage to the host (host tier, file backend)"
+TRAFFIC_HOST = (TRAFFIC_HOST_DEMOTED, TRAFFIC_HOST_LOAD_BACK, TRAFFIC_HOST_EVICTED, TRAFFIC_HOST_RETRACTION,
+                TRAFFIC_STORAGE_HIT)
 
 
 def _ceil(a: int, b: int) -> int:

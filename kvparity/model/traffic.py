@@ -84,6 +84,9 @@ class ServerConfig:
     # (--hicache-write-policy). Full attention only.
     hicache_ratio: float | None = None
     hicache_write_policy: str = "write_through"
+    hicache_storage: bool = False  # SGLang's file backend as a third tier (--hicache-storage-backend file)
+    # The fault mode: every device-host transfer is acknowledged this many iterations late (a slow copy).
+    hicache_ack_delay: int = 0
 
     @property
     def window_slots(self) -> int | None:
@@ -112,7 +115,11 @@ class ServerConfig:
         if self.hicache_write_policy not in HICACHE_WRITE_POLICIES:
             raise ValueError(f"ServerConfig.hicache_write_policy={self.hicache_write_policy!r}: expected one of "
                              f"{HICACHE_WRITE_POLICIES}")
+        if self.hicache_ack_delay < 0:
+            raise ValueError(f"ServerConfig.hicache_ack_delay={self.hicache_ack_delay}: must be >= 0")
         if self.hicache_ratio is None:
+            if self.hicache_storage or self.hicache_ack_delay:
+                raise ValueError("ServerConfig: a storage tier or a transfer delay needs a host tier (hicache_ratio)")
             return
         if not self.hicache_ratio > 0:
             raise ValueError(f"ServerConfig.hicache_ratio={self.hicache_ratio}: must be > 0, or None for no host tier")

@@ -74,11 +74,15 @@ def mamba_models(draw: Any, config: ServerConfig) -> ServerConfig:
 def host_tiers(draw: Any, config: ServerConfig) -> ServerConfig:
     """``config`` with a host tier: a device pool small enough that the warm-up's prompts are
     evicted from it (128 slots hold any one request drawn here), a host pool smaller than the
-    device's (the host evicts what the warm-up left) or larger (it keeps it), any write policy."""
+    device's (the host evicts what the warm-up left) or larger (it keeps it), any write policy, and
+    half the time the file storage tier (where what the host evicted is found again); a third of
+    the time its transfers are slow (acknowledged one or two iterations late: what they list stays
+    listed across iterations)."""
     return dataclasses.replace(
         config, kv_slots=128 if config.kv_slots < 256 else draw(st.sampled_from((96, 128))),
         hicache_ratio=draw(st.sampled_from((0.75, 1.5, 2.0))),
-        hicache_write_policy=draw(st.sampled_from(HICACHE_WRITE_POLICIES)))
+        hicache_write_policy=draw(st.sampled_from(HICACHE_WRITE_POLICIES)), hicache_storage=draw(st.booleans()),
+        hicache_ack_delay=draw(st.sampled_from((0, 0, 0, 0, 1, 2))))
 
 
 def _fillers(draw: Any, kv_slots: int) -> list[tuple[Arrival, ...]]:

@@ -175,11 +175,14 @@ REAL_HOST_MUTANTS: tuple[RealMutant, ...] = (
                "            values = host_frees.pop(ct)\n            self.components[ct].free_host_values(values)\n"
                "            self.components[ct].free_host_values(values)\n", against="0.5.23"),
     RealMutant("hicache-host-evicted-during-load-back",
-               "write-back's reclaim of host copies the device also holds takes one a load-back still lists",
+               "write-back's reclaim of host copies the device also holds takes one a load-back still lists and "
+               "locks (before its acknowledgement), when the load-back's own request needs device room",
                "0.5.23", _TREE_CORE,
                "            node.write_through_pending_id is not None\n"
-               "            or node.load_back_pending_id is not None\n        ):\n",
-               "            node.write_through_pending_id is not None\n        ):\n", against="0.5.23"),
+               "            or node.load_back_pending_id is not None\n        ):\n            return False\n"
+               "        return cd.host_lock_ref == 0\n",
+               "            node.write_through_pending_id is not None\n        ):\n            return False\n"
+               "        return True\n", against="0.5.23"),
 )
 ALL_REAL_MUTANTS = (REAL_MUTANTS + REAL_MUTANTS_PREFIX_LEN + REAL_INFLIGHT_MUTANTS + REAL_MEMORY_MUTANTS
                     + REAL_WINDOW_MUTANTS + REAL_STATE_MUTANTS + REAL_HOST_MUTANTS)

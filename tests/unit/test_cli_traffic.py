@@ -47,6 +47,10 @@ def test_the_model_reports_pr_11200s_admission_change_per_policy(tmp_path, capsy
     (["--caches", "mamba"], "--caches mamba: the harness drive plays a hybrid model real release against real release"),
     (["--sglang", "0.5.22", "--against", "0.5.21", "--drive", "scheduler", "--undo-changes"],
      "kvparity names no change of 0.5.22 after 0.5.21 that it can undo"),
+    (["--sglang", "0.5.15", "--against", "0.5.14", "--drive", "scheduler", "--caches", "hicache"],
+     "SGLang 0.5.14 and 0.5.15 do not both serve any of them (Mamba from 0.5.3.post2, a host tier from 0.5.19)"),
+    (["--sglang", "0.5.23", "--against", "0.5.22", "--caches", "hicache"],
+     "--caches hicache: a host tier is played by the scheduler-driven check only (--drive scheduler)"),
 ])
 def test_options_that_do_not_fit_are_refused(argv, problem, capsys):
     assert main(["check", *argv]) == 2
@@ -57,7 +61,7 @@ def test_caches_are_named_from_those_kvparity_serves():
     from kvparity.cli.check_plan import caches_option
 
     assert caches_option("mamba,full") == ("full", "mamba")  # in CACHES order
-    with pytest.raises(Exception, match="'gdn': expected some of full, swa, mamba"):
+    with pytest.raises(Exception, match="'gdn': expected some of full, swa, mamba, hicache"):
         caches_option("gdn")
 
 

@@ -63,9 +63,9 @@ def test_every_host_slot_is_free_or_backs_exactly_one_node():
     nodes = [((1, 2), (0, 1), (5, 6), False, False), ((1, 2, 3), (2,), None, False, False)]
     assert host_slots_conserved(_host(nodes, range(3, 8))) == []
     assert host_slots_conserved(_host(nodes, range(2, 8))) == [
-        "host slots in two places at once (free, backing a node): [2]"]
+        "host slots in two places at once (free, backing a node, fetched from storage): [2]"]
     assert host_slots_conserved(_host(nodes, range(4, 8))) == [
-        "host slots neither free nor backing a node (leaked): [3]"]
+        "host slots neither free, nor backing a node, nor fetched from storage (leaked): [3]"]
     assert host_slots_conserved(_host(nodes, [*range(3, 8), 8])) == ["host slots that are no slots of the pool: [8]"]
     assert host_slots_conserved(_host(nodes, range(3, 8), available=4)) == [
         "host available_size 4 is not the 5 free slots"]
@@ -76,7 +76,7 @@ def test_no_host_slot_is_freed_while_a_transfer_lists_it():
     load-back), it is both free and listed."""
     loading = [((1, 2, 3), (2,), (7,), False, True)]
     assert host_slots_conserved(_host(loading, [2, 3, 4, 5, 6, 7, 0, 1])) == [
-        "host slots in two places at once (free, backing a node): [2]",
+        "host slots in two places at once (free, backing a node, fetched from storage): [2]",
         "host slots freed while a transfer lists them: [2]"]
 
 
@@ -119,3 +119,52 @@ def test_a_prefix_the_device_evicted_is_loaded_back_from_the_host(release_worker
     hits = {rid: hit for rec in run.decisions if rec.mode == "EXTEND" for rid, hit in zip(rec.rids, rec.prefix_lens)}
     assert hits["d"] == 40, hits
     assert {TRAFFIC_HOST_DEMOTED, TRAFFIC_HOST_LOAD_BACK} <= host_classes(run)
+
+
+def storage_scenario() -> TrafficScenario:
+    """``a`` and then three requests of their own (40 tokens each) pass one after another through a
+    device of 64 slots and a host of 129: each pushes the one before it to the host, and the host,
+    full, evicts a's KV, which storage still keeps; ``d`` (a's prompt and two more) finds it there:
+    fetched to the host, then loaded back to the device, not recomputed."""
+    config = ServerConfig(pool_rows=4, max_running_requests=4, kv_slots=64, hicache_ratio=2.0, hicache_storage=True)
+    fresh = [(Arrival(f"f{k}", tuple(range(1000 * k, 1000 * k + 40)), 1),) for k in (2, 3, 4)]
+    return TrafficScenario(config, ((Arrival("a", A, 1),), (), *[g for f in fresh for g in (f, ())],
+                                    (Arrival("d", A + (5, 6), 2),)))
+
+
+def write_back_load_back_scenario() -> TrafficScenario:
+    """Write-back, a device of 64 slots, a host of 49: ``a`` (40 tokens) reaches the host when
+    ``g`` evicts it (beside ``f``, 20 each). ``d`` (a's prompt and two more) and ``h`` (20 of its
+    own) arrive together: d's load-back of a makes room by dropping f (the host has none for it),
+    then h's room is g's, whose write-back needs host room: a's host copy, which the load-back
+    lists and locks until acknowledged, must not be the room taken."""
+    config = ServerConfig(pool_rows=4, max_running_requests=4, kv_slots=64, hicache_ratio=0.75,
+                          hicache_write_policy="write_back", hicache_ack_delay=2)
+    own = [tuple(range(k, k + 20)) for k in (2000, 3000, 5000)]
+    return TrafficScenario(config, ((Arrival("a", A, 1),), (), (Arrival("f", own[0], 1),), (), (Arrival("g", own[1], 1),),
+                                    (), (Arrival("d", A + (5, 6), 2), Arrival("h", own[2], 2))))
+
+
+def host_eviction_scenario() -> TrafficScenario:
+    """``a`` then ``b`` (40 tokens of their own each) through a device of 64 slots and a host of 49:
+    b pushes a to the host, then the host, full, evicts a to back b up."""
+    config = ServerConfig(pool_rows=4, max_running_requests=4, kv_slots=64, hicache_ratio=0.75)
+    return TrafficScenario(config, ((Arrival("a", A, 1),), (), (Arrival("b", tuple(range(2000, 2040)), 1),), (),
+                                    (Arrival("c", tuple(range(3000, 3040)), 1),)))
+
+
+@pytest.mark.parametrize(("name", "scenario", "kind", "what"), [
+    ("hicache-load-back-skips-copy", load_back_scenario, "canary", "which holds token 2016 at position 16 of b; its own token 100"),
+    ("hicache-demotion-pruned", load_back_scenario, "memory", "host available_size: 89 != 49"),
+    ("hicache-host-slots-freed-twice", host_eviction_scenario, "decision", "AssertionError: Double-free detected"),
+])
+def test_a_host_tier_mutant_of_a_release_is_caught(mutant_judged, name, scenario, kind, what):
+    """Copies of 0.5.23 whose host tier goes wrong, each against the release: a load-back that
+    copies nothing leaves d reading b's KV, which the device slots held before (the canary); a demotion
+    turned into a prune frees a's host copy with its device slots (the host tier's memory, from
+    the iteration b evicts a); host slots released twice stop the release on its own assertion
+    (its run ends early)."""
+    judgement, ours = mutant_judged(name, scenario())
+    assert judgement.kind == kind, judgement.line()
+    seen = [judgement.line(), *(read.line() for read in judgement.canary), ours.error.message if ours.error else ""]
+    assert any(what in line for line in seen), seen

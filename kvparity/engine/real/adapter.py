@@ -341,7 +341,8 @@ class RealWorld:
                  tree_class: str | None = None, tree_core: str | None = None, sliding_window: int | None = None,
                  swa_kv_slots: int | None = None, swa_eviction_interval: int | None = None,
                  mamba_slots: int | None = None, hicache_ratio: float | None = None,
-                 hicache_write_policy: str = "write_through") -> None:
+                 hicache_write_policy: str = "write_through", hicache_storage: bool = False,
+                 hicache_ack_delay: int = 0) -> None:
         # A hybrid sliding-window model (its window and window pool), a hybrid linear model (its
         # state pool), or full attention (both None).
         self.window = None if sliding_window is None else Window(sliding_window, swa_kv_slots or 0,
@@ -349,7 +350,8 @@ class RealWorld:
         self.mamba = None if mamba_slots is None else Mamba(mamba_slots)
         hybrid = self.window is not None or self.mamba is not None
         # A host tier (issue 35): full attention, on the tree the release attaches HiCache to.
-        self.host = None if hicache_ratio is None else HostTier(hicache_ratio, hicache_write_policy)
+        self.host = None if hicache_ratio is None else HostTier(hicache_ratio, hicache_write_policy, hicache_storage,
+                                                                    hicache_ack_delay)
         if self.host is not None:
             _check_host_tier(entry, hybrid, cache_kind)
             tree_core = tree_core or "python"  # kvparity reads each node's host slots: the Python core's
@@ -417,7 +419,7 @@ class RealWorld:
         self._observe_allocator()
         self.tree_cache = self._make_tree_cache()
         self.host_pool = None if self.host is None else attach_host_tier(self.tree_cache, self.server_args,
-                                                                         self._cache_init_params)
+                                                                         self._cache_init_params, self.host)
 
     def _full_attention_pools(self) -> None:
         sg, g = self.sg, self.geometry

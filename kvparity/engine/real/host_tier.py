@@ -20,12 +20,31 @@ a batch's result): a server's write stream starts it then, after the forward tha
 load-back is queued at admission (``init_load_back``) and copied in ``ready_to_load_host_cache``,
 before the batch's forward reads it (a server's forward waits on the load stream layer by layer).
 Acknowledgements are read at the next ``check_hicache_events``, as a server's events would report
-them done by then. The file storage tier is not driven yet (its controller runs threads).
+them done by then; a slow transfer (``ack_delay``, the fault mode) is acknowledged that many calls
+later instead (its event reports it unfinished until then, as a copy still running would), so
+what a transfer lists stays listed, locked and pinned across iterations.
+
+The storage tier (``storage``: SGLang's own file backend, in a fresh folder per world). Its
+controller runs four threads (the storage hit query, the page transfer, the rank sync of a
+prefetch's result, the backup to storage), each a loop over a queue. None is started: each
+queue's ``put`` runs the real loop on the caller's thread until the queue is empty (the stop event
+reads "set" once it is), so a prefetch's query happens when the scheduler asks for it, its pages
+arrive when the scheduler hands it host slots, and a backup reaches storage when the host's copy
+is acknowledged. Storage keys are SGLang's SHA-256 page chain, computed by ``_page_hashes`` in
+place of the C++ extension SGLang builds at run time.
 """
 
 from __future__ import annotations
 
+import hashlib
 import importlib
+import os
+import queue
+import shutil
+import struct
+import tempfile
+import threading
+import weakref
 from dataclasses import dataclass
 from typing import Any
 
@@ -39,6 +58,13 @@ HOST_WRITE_POLICIES = ("write_through", "write_back", "write_through_selective")
 KV_LANES = 8
 _COMMON = "sglang.srt.mem_cache.pool_host.common"
 _MHA = "sglang.srt.mem_cache.pool_host.mha"
+_CONTROLLER = "sglang.srt.managers.cache_controller"
+_NATIVE_HASH = "sglang.srt.mem_cache.cpp_utils.native_hash"
+# Where SGLang's file backend keeps its pages (its own environment variable, read when it is built).
+STORAGE_DIR_ENV = "SGLANG_HICACHE_FILE_BACKEND_STORAGE_DIR"
+# A prefix is fetched from storage once this many of its tokens are there (SGLang's default is 256,
+# past every prompt drawn here).
+STORAGE_PREFETCH_THRESHOLD = 4
 
 
 @dataclass(frozen=True)
@@ -49,6 +75,8 @@ class HostTier:
 
     ratio: float
     write_policy: str = "write_through"
+    storage: bool = False  # SGLang's file backend as a third tier
+    ack_delay: int = 0  # the fault mode: every transfer acknowledged this many iterations late
 
     def __post_init__(self) -> None:
         if not self.ratio > 0:
@@ -58,11 +86,13 @@ class HostTier:
 
     def server_fields(self) -> dict[str, Any]:
         """The server arguments that attach this tier (what a CPU can copy with: io backend
-        "direct", layer-first layout; no storage backend)."""
+        "direct", layer-first layout; a prefetch from storage waits until it completes)."""
+        storage = dict(hicache_storage_backend="file", hicache_storage_prefetch_policy="wait_complete",
+                       hicache_storage_backend_extra_config=f'{{"prefetch_threshold": {STORAGE_PREFETCH_THRESHOLD}}}')
         return dict(
             enable_hierarchical_cache=True, hicache_ratio=self.ratio, hicache_size=0,
             hicache_write_policy=self.write_policy, hicache_io_backend="direct", hicache_mem_layout="layer_first",
-            hicache_storage_backend=None,
+            **(storage if self.storage else {"hicache_storage_backend": None}),
         )
 
 
@@ -89,13 +119,22 @@ def install_cpu_copies() -> None:
     setattr(importlib.import_module(_MHA), "transfer_kv_direct", _transfer_kv_direct)  # noqa: B010 (bound on CUDA only)
 
 
-def attach(tree: Any, server_args: Any, params: Any) -> Any:
-    """Attach the host tier ``server_args`` name to a UnifiedRadixCache as the server's factory
+def attach(tree: Any, server_args: Any, params: Any, tier: HostTier) -> Any:
+    """Attach ``tier`` (as ``server_args`` name it) to a UnifiedRadixCache as the server's factory
     does (``init_hicache``); returns the host pool."""
     install_cpu_copies()
+    if tier.storage:
+        _storage_stand_ins()
+        folder = tempfile.mkdtemp(prefix="kvparity-hicache-")
+        weakref.finalize(tree, shutil.rmtree, folder, True)
+        os.environ[STORAGE_DIR_ENV] = folder
     tree.init_hicache(server_args, params)
     host = host_pool(tree)
     host.pin_memory = False  # its storage path asks torch for pinned scratch pages otherwise
+    if tier.storage:
+        _run_storage_inline(tree.cache_controller)
+    if tier.ack_delay:
+        _delay_acks(tree, tier.ack_delay)
     return host
 
 
@@ -104,3 +143,167 @@ def host_pool(tree: Any) -> Any:
     host = tree.cache_controller.mem_pool_host
     anchor = getattr(host, "anchor_entry", None)
     return anchor.host_pool if anchor is not None else host
+
+
+# --------------------------------------------------------------------------- slow transfers
+
+class _Clock:
+    """Calls of the tree's ``check_hicache_events`` (once per pass of the scheduler's loop)."""
+
+    def __init__(self) -> None:
+        self.now = 0
+
+
+class _Late:
+    """A transfer's finish event, done ``delay`` ticks after it was recorded (or once waited on)."""
+
+    def __init__(self, event: Any, clock: _Clock, delay: int) -> None:
+        self.event, self.clock, self.due = event, clock, clock.now + delay
+
+    def query(self) -> bool:
+        return self.clock.now >= self.due
+
+    def synchronize(self) -> None:
+        self.due = self.clock.now  # a wait blocks until the copy is done
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.event, name)
+
+
+class _LateAcks(list):
+    """An acknowledgement queue whose new entries report their transfer done ``delay`` ticks late."""
+
+    def __init__(self, acks: list[Any], clock: _Clock, delay: int) -> None:
+        super().__init__(acks)
+        self.clock, self.delay = clock, delay
+
+    def append(self, ack: Any) -> None:
+        super().append(ack._replace(finish_event=_Late(ack.finish_event, self.clock, self.delay)))
+
+
+def _delay_acks(tree: Any, delay: int) -> None:
+    """Every device-host transfer of ``tree`` acknowledged ``delay`` passes late."""
+    clock, controller, check = _Clock(), tree.cache_controller, tree.check_hicache_events
+
+    def ticking() -> None:
+        clock.now += 1
+        check()
+
+    tree.check_hicache_events = ticking
+    for name in ("ack_write_queue", "ack_load_queue"):
+        setattr(controller, name, _LateAcks(getattr(controller, name), clock, delay))
+
+
+# --------------------------------------------------------------------------- the storage tier
+
+class _NotStarted:
+    """The controller's ``threading.Thread``: keeps its target; never runs on its own."""
+
+    def __init__(self, target: Any = None, **kwargs: Any) -> None:
+        self.target = target
+
+    def start(self) -> None:
+        pass
+
+    def join(self, timeout: float | None = None) -> None:
+        pass
+
+    def is_alive(self) -> bool:
+        return False
+
+
+class _Threading:
+    """The controller module's ``threading``: its Thread never started, the rest the real one."""
+
+    Thread = _NotStarted
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(threading, name)
+
+
+class _UntilEmpty:
+    """The controller's storage stop event: "set" once the queue the running loop serves is empty
+    (so a thread's loop returns instead of waiting for more), or once really set."""
+
+    def __init__(self) -> None:
+        self.flag = False
+        self.serving: list[queue.Queue[Any]] = []  # the loops running, innermost last
+
+    def is_set(self) -> bool:
+        return self.flag or (bool(self.serving) and self.serving[-1].empty())
+
+    def set(self) -> None:
+        self.flag = True
+
+    def clear(self) -> None:
+        self.flag = False
+
+    def wait(self, timeout: float | None = None) -> bool:
+        return self.is_set()
+
+
+class _Pumped(queue.Queue):
+    """A thread's queue: each ``put`` runs the thread's loop on the caller until it is empty."""
+
+    def __init__(self, loop: Any, stop: _UntilEmpty) -> None:
+        super().__init__()
+        self.loop, self.stop = loop, stop
+
+    def put(self, item: Any, block: bool = True, timeout: float | None = None) -> None:
+        super().put(item)
+        self.stop.serving.append(self)
+        try:
+            self.loop()
+        finally:
+            self.stop.serving.pop()
+
+
+# The controller's thread and the queue its loop serves.
+_STORAGE_THREADS = (("prefetch_thread", "prefetch_queue"), ("prefetch_io_aux_thread", "prefetch_buffer"),
+                    ("prefetch_sync_thread", "prefetch_sync_queue"), ("backup_thread", "backup_queue"))
+
+
+def _storage_stand_ins() -> None:
+    """Before the controller is built: its threads are never started, its storage keys are
+    computed in Python, and its ranks are one process's."""
+    setattr(importlib.import_module(_CONTROLLER), "threading", _Threading())  # noqa: B010 (SGLang's module)
+    setattr(importlib.import_module(_NATIVE_HASH), "_load_native_hash_module", _PageHashes)  # noqa: B010
+    runtime = importlib.import_module("sglang.srt.runtime_context")
+    runtime.get_parallel().override_permanently(tp_rank=0, pp_rank=0)
+
+
+def _run_storage_inline(controller: Any) -> None:
+    """Each storage thread's queue replaced by one that runs the thread's loop at ``put``."""
+    stop = _UntilEmpty()
+    controller.storage_stop_event = stop
+    for thread, served in _STORAGE_THREADS:
+        loop = getattr(controller, thread).target
+        if loop is None:
+            raise RealSGLangError(f"the cache controller's {thread} has no loop to run")
+        setattr(controller, served, _Pumped(loop, stop))
+
+
+class _PageHashes:
+    """SGLang's storage keys (``hash_binding.cpp``'s ``get_hash``): SHA-256 chained page by page
+    over each page's token ids as little-endian uint32, hex; plain token ids only."""
+
+    def get_hash(self, raw: Any, logical_len: int, unit_width: int, is_bigram: bool, prior: bytes | None,
+                 page_size: int | None = None) -> str | list[str]:
+        if is_bigram or unit_width != 1:
+            raise RealSGLangError("kvparity's storage keys take plain token ids only")
+        tokens = list(raw[:logical_len])
+        if page_size is None:
+            return _chain(prior, tokens).hex()
+        out = []
+        for start in range(0, len(tokens), page_size):
+            prior = _chain(prior, tokens[start:start + page_size])
+            out.append(prior.hex())
+        return out
+
+
+def _chain(prior: bytes | None, tokens: list[int]) -> bytes:
+    digest = hashlib.sha256()
+    if prior is not None:
+        digest.update(prior)
+    digest.update(struct.pack(f"<{len(tokens)}I", *tokens))
+    return digest.digest()

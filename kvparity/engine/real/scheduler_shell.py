@@ -395,7 +395,9 @@ def _hybrid(config: dict[str, Any]) -> dict[str, Any]:
     default share where the scenario leaves it)."""
     if config.get("hicache_ratio") is not None:
         return {"hicache_ratio": float(config["hicache_ratio"]),
-                "hicache_write_policy": str(config.get("hicache_write_policy", "write_through"))}
+                "hicache_write_policy": str(config.get("hicache_write_policy", "write_through")),
+                "hicache_storage": bool(config.get("hicache_storage", False)),
+                "hicache_ack_delay": int(config.get("hicache_ack_delay", 0))}
     if config.get("mamba_slots") is not None:
         return {"mamba_slots": int(config["mamba_slots"])}
     if config.get("sliding_window") is None:
@@ -524,8 +526,10 @@ def run_traffic(ctx: Context, config: dict[str, Any], arrivals: list[list[dict[s
                 adapter.run(shell, shell._kvp_knobs)
             except _EndOfTraffic:
                 pass
-            except (AttributeError, ImportError):
-                raise
+            except (AttributeError, ImportError) as exc:
+                if not _raised_in_cache(exc):
+                    raise
+                error = _stopped(shell, exc)  # the cache failed on its own objects (kvparity's world is built)
             except Exception as exc:  # SGLang stopped (its leak check, an assertion): that is a result
                 error = _stopped(shell, exc)
     except (AttributeError, ImportError) as exc:  # what the adapter does not provide, or a module it does not stand in
@@ -544,6 +548,15 @@ def run_traffic(ctx: Context, config: dict[str, Any], arrivals: list[list[dict[s
         player={"release": ctx.info.get("version") or entry.version, "adapter": shell._kvp_adapter.name,
                 "scheduler_generation": shell._kvp_adapter.generation, "tree": _tree_label(shell._kvp_world)},
     ).to_plain()
+
+
+def _raised_in_cache(exc: BaseException) -> bool:
+    """Whether an AttributeError rose in SGLang's caches themselves (``sglang/srt/mem_cache``), on
+    the objects of the world kvparity built before the loop started: the cache's failure (a
+    mutant's, say), not an attribute the shell's adapter does not provide."""
+    frames = [f for f in traceback.extract_tb(exc.__traceback__) if f"{os.sep}sglang{os.sep}" in f.filename]
+    return isinstance(exc, AttributeError) and not isinstance(exc, RealSGLangError) and bool(frames) and \
+        f"{os.sep}srt{os.sep}mem_cache{os.sep}" in frames[-1].filename
 
 
 def _stopped(shell: Any, exc: Exception) -> StopError:

@@ -64,6 +64,8 @@ class Knobs:
     mamba_slots: int | None = None  # a hybrid linear (Mamba) model: its state slots (None: no Mamba layer)
     hicache_ratio: float | None = None  # a host tier: its pool's ratio to the KV pool (None: none)
     hicache_write_policy: str = "write_through"
+    hicache_storage: bool = False  # its file storage tier
+    hicache_ack_delay: int = 0  # its transfers acknowledged this many iterations late (the fault mode)
 
     @property
     def overlap(self) -> bool:
@@ -72,7 +74,8 @@ class Knobs:
     def hybrid(self) -> dict[str, Any]:
         """The world options of a hybrid model or a host tier (none for full attention alone)."""
         if self.hicache_ratio is not None:
-            return {"hicache_ratio": self.hicache_ratio, "hicache_write_policy": self.hicache_write_policy}
+            return {"hicache_ratio": self.hicache_ratio, "hicache_write_policy": self.hicache_write_policy,
+                    "hicache_storage": self.hicache_storage, "hicache_ack_delay": self.hicache_ack_delay}
         if self.mamba_slots is not None:
             return {"mamba_slots": self.mamba_slots}
         if self.sliding_window is None:
@@ -434,8 +437,9 @@ class Shell053:
             max_prefill_tokens=sa.max_prefill_tokens, chunked_prefill_size=knobs.chunked_prefill_size,
             is_mixed_chunk=False, enable_priority_scheduling=False,
             priority_scheduling_preemption_threshold=sa.priority_scheduling_preemption_threshold, try_preemption=False,
-            max_queued_requests=None, enable_lora=False, enable_hicache_storage=False,
+            max_queued_requests=None, enable_lora=False,
             enable_hierarchical_cache=getattr(world, "host", None) is not None,
+            enable_hicache_storage=getattr(getattr(world, "host", None), "storage", False),
             disaggregation_mode=disagg.NULL, truncation_align_size=None, enable_overlap=knobs.overlap,
             max_running_requests=knobs.max_running_requests, device="cpu", default_stream=torch.cpu.current_stream(),
             spec_algorithm=world.spec_algorithm, is_generation=True, is_hybrid=world.window is not None, pp_size=1,
