@@ -85,11 +85,14 @@ def host_tiers(draw: Any, config: ServerConfig) -> ServerConfig:
         hicache_ack_delay=draw(st.sampled_from((0, 0, 0, 0, 1, 2))))
 
 
-def _fillers(draw: Any, kv_slots: int) -> list[tuple[Arrival, ...]]:
+def _fillers(draw: Any, config: ServerConfig) -> list[tuple[Arrival, ...]]:
     """A host tier's run: prompts of their own between the warm-up and the burst, one at a time,
     whose KV (from half the device pool to half as much again) pushes the warm-up's out of the
-    device, onto the host, where the burst's hits find it (or, the host full, evicted from there)."""
-    count = draw(st.integers(2, 3))
+    device, onto the host, where the burst's hits find it (or, the host full, evicted from there);
+    with a storage tier, twice as many, so that the host, too, lets the warm-up's KV go (to
+    storage, where the burst's hits find it) and holds KV of their own it can evict for a fetch."""
+    kv_slots = config.kv_slots
+    count = draw(st.integers(4, 6) if config.hicache_storage else st.integers(2, 3))
     lengths = [draw(st.integers(kv_slots // 4, kv_slots // 2)) for _ in range(count)]
     return [(Arrival(f"f{k}", tuple(range(200_000 + 1000 * k, 200_000 + 1000 * k + n)), 1),)
             for k, n in enumerate(lengths)]
@@ -113,7 +116,7 @@ def traffic_scenarios(draw: Any, policies: tuple[str, ...] = POLICIES, cache: st
     arrivals: list[tuple[Arrival, ...]] = [(Arrival(f"c{i}", p, 1),) for i, p in enumerate(cached)]
     arrivals.append(())  # an idle iteration: the warm-up has finished
     if cache == "hicache":
-        arrivals += _fillers(draw, config.kv_slots)
+        arrivals += _fillers(draw, config)
     burst = []
     if not pressure and draw(st.booleans()):
         # The shape pull request #11200's ranking key tells apart: a cached prompt cut one short with

@@ -13,7 +13,7 @@ from kvparity.judge.memory import run_problems
 from kvparity.judge.oracles import host_nodes_consistent, host_slots_conserved
 from kvparity.judge.traffic_classes import host_classes
 from kvparity.model.canary import UNSTAMPED
-from kvparity.model.classes import TRAFFIC_HOST_DEMOTED, TRAFFIC_HOST_LOAD_BACK
+from kvparity.model.classes import TRAFFIC_HOST_DEMOTED, TRAFFIC_HOST_LOAD_BACK, TRAFFIC_STORAGE_HIT
 from kvparity.model.traffic import Arrival, ServerConfig, TrafficScenario, traffic_geometry
 
 
@@ -106,16 +106,20 @@ def load_back_scenario(policy: str = "write_through") -> TrafficScenario:
                                     (Arrival("c", fresh[1], 1),), (), (Arrival("d", A + (5, 6), 2),)))
 
 
-@pytest.mark.parametrize("release", ["0.5.23"])
-def test_a_prefix_the_device_evicted_is_loaded_back_from_the_host(release_workers, release):
+def _played(release_workers, release, scenario):
     from kvparity.engine.traffic_run import TrafficRun
 
-    scenario = load_back_scenario()
     config, arrivals = scenario.to_plain()
     run = TrafficRun.from_plain(release_workers(release).call("run_traffic", config=config, arrivals=arrivals))
     assert run.error is None, run.error
     assert run_problems(traffic_geometry(scenario), run.memory) == []
     assert [read.line() for snap in run.memory for read in snap.record.canary] == []
+    return run
+
+
+@pytest.mark.parametrize("release", ["0.5.19", "0.5.23"])
+def test_a_prefix_the_device_evicted_is_loaded_back_from_the_host(release_workers, release):
+    run = _played(release_workers, release, load_back_scenario())
     hits = {rid: hit for rec in run.decisions if rec.mode == "EXTEND" for rid, hit in zip(rec.rids, rec.prefix_lens)}
     assert hits["d"] == 40, hits
     assert {TRAFFIC_HOST_DEMOTED, TRAFFIC_HOST_LOAD_BACK} <= host_classes(run)
@@ -145,6 +149,27 @@ def write_back_load_back_scenario() -> TrafficScenario:
                                     (), (Arrival("d", A + (5, 6), 2), Arrival("h", own[2], 2))))
 
 
+def test_a_prefix_the_host_evicted_is_fetched_from_storage_and_loaded_back(release_workers):
+    """d waits one iteration while a's 40 tokens come from the file backend into 40 host slots (in
+    flight, outside the tree), then extends on a 40-token hit: the canary's lanes went from the
+    device to the host, to a file, and back, unchanged."""
+    run = _played(release_workers, "0.5.23", storage_scenario())
+    waiting = [snap.host.in_flight for rec, snap in zip(run.decisions, run.memory) if "d" in rec.waiting]
+    assert [len(slots) for slots in waiting] == [40]
+    hits = {rid: hit for rec in run.decisions if rec.mode == "EXTEND" for rid, hit in zip(rec.rids, rec.prefix_lens)}
+    assert hits["d"] == 40
+    assert TRAFFIC_STORAGE_HIT in host_classes(run)
+
+
+def test_a_late_acknowledgement_keeps_a_load_back_listed(release_workers):
+    """The fault mode: every transfer acknowledged two passes late. d's load-back of a is listed
+    (pinned against write-back's reclaim) in the iteration it is made and the next, not after."""
+    run = _played(release_workers, "0.5.23", write_back_load_back_scenario())
+    listed = [bool(snap.host.loading) for snap in run.memory]
+    first = listed.index(True)
+    assert listed[first:first + 3] == [True, True, False]
+
+
 def host_eviction_scenario() -> TrafficScenario:
     """``a`` then ``b`` (40 tokens of their own each) through a device of 64 slots and a host of 49:
     b pushes a to the host, then the host, full, evicts a to back b up."""
@@ -153,17 +178,32 @@ def host_eviction_scenario() -> TrafficScenario:
                                     (Arrival("c", tuple(range(3000, 3040)), 1),)))
 
 
+def reclaim_scenario() -> TrafficScenario:
+    """Write-back, a device of 128 slots, a host of 96 and file storage (shrunk from a check's
+    draw): c1 and two prompts of their own pass through; then four requests hitting c1's first 4
+    tokens decode under memory pressure, the host reclaiming copies the device also holds."""
+    config = ServerConfig(kv_slots=128, max_prefill_tokens=256, schedule_conservativeness=0.3, hicache_ratio=0.75,
+                          hicache_write_policy="write_back", hicache_storage=True)
+    stem = tuple(range(100000, 100047))
+    burst = tuple(Arrival(f"r{i}", stem[:4] + tuple(range(10000 * (i + 1), 10000 * (i + 1) + n)), out)
+                  for i, (n, out) in enumerate(((22, 42), (31, 47), (26, 35), (30, 37))))
+    return TrafficScenario(config, ((Arrival("c1", stem, 1),), (Arrival("f1", tuple(range(201000, 201055)), 1),),
+                                    (Arrival("f2", tuple(range(202000, 202059)), 1),), burst))
+
+
 @pytest.mark.parametrize(("name", "scenario", "kind", "what"), [
     ("hicache-load-back-skips-copy", load_back_scenario, "canary", "which holds token 2016 at position 16 of b; its own token 100"),
     ("hicache-demotion-pruned", load_back_scenario, "memory", "host available_size: 89 != 49"),
     ("hicache-host-slots-freed-twice", host_eviction_scenario, "decision", "AssertionError: Double-free detected"),
+    ("hicache-host-evicted-during-load-back", reclaim_scenario, "memory", "host available_size: 38 != 34"),
 ])
 def test_a_host_tier_mutant_of_a_release_is_caught(mutant_judged, name, scenario, kind, what):
     """Copies of 0.5.23 whose host tier goes wrong, each against the release: a load-back that
     copies nothing leaves d reading b's KV, which the device slots held before (the canary); a demotion
     turned into a prune frees a's host copy with its device slots (the host tier's memory, from
     the iteration b evicts a); host slots released twice stop the release on its own assertion
-    (its run ends early)."""
+    (its run ends early); write-back's reclaim taking host copies that are locked frees host
+    slots the release keeps (the host tier's memory)."""
     judgement, ours = mutant_judged(name, scenario())
     assert judgement.kind == kind, judgement.line()
     seen = [judgement.line(), *(read.line() for read in judgement.canary), ours.error.message if ours.error else ""]
