@@ -149,11 +149,12 @@ def write_back_load_back_scenario() -> TrafficScenario:
                                     (), (Arrival("d", A + (5, 6), 2), Arrival("h", own[2], 2))))
 
 
-def test_a_prefix_the_host_evicted_is_fetched_from_storage_and_loaded_back(release_workers):
+@pytest.mark.parametrize("release", ["0.5.19", "0.5.23"])
+def test_a_prefix_the_host_evicted_is_fetched_from_storage_and_loaded_back(release_workers, release):
     """d waits one iteration while a's 40 tokens come from the file backend into 40 host slots (in
     flight, outside the tree), then extends on a 40-token hit: the canary's lanes went from the
     device to the host, to a file, and back, unchanged."""
-    run = _played(release_workers, "0.5.23", storage_scenario())
+    run = _played(release_workers, release, storage_scenario())
     waiting = [snap.host.in_flight for rec, snap in zip(run.decisions, run.memory) if "d" in rec.waiting]
     assert [len(slots) for slots in waiting] == [40]
     hits = {rid: hit for rec in run.decisions if rec.mode == "EXTEND" for rid, hit in zip(rec.rids, rec.prefix_lens)}

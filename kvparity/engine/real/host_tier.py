@@ -36,6 +36,7 @@ place of the C++ extension SGLang builds at run time.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import importlib
 import os
@@ -123,12 +124,14 @@ def attach(tree: Any, server_args: Any, params: Any, tier: HostTier) -> Any:
     """Attach ``tier`` (as ``server_args`` name it) to a UnifiedRadixCache as the server's factory
     does (``init_hicache``); returns the host pool."""
     install_cpu_copies()
+    ranks: Any = contextlib.nullcontext()
     if tier.storage:
-        _storage_stand_ins()
+        ranks = _storage_stand_ins()
         folder = tempfile.mkdtemp(prefix="kvparity-hicache-")
         weakref.finalize(tree, shutil.rmtree, folder, True)
         os.environ[STORAGE_DIR_ENV] = folder
-    tree.init_hicache(server_args, params)
+    with ranks:
+        tree.init_hicache(server_args, params)
     host = host_pool(tree)
     host.pin_memory = False  # its storage path asks torch for pinned scratch pages otherwise
     if tier.storage:
@@ -263,13 +266,16 @@ _STORAGE_THREADS = (("prefetch_thread", "prefetch_queue"), ("prefetch_io_aux_thr
                     ("prefetch_sync_thread", "prefetch_sync_queue"), ("backup_thread", "backup_queue"))
 
 
-def _storage_stand_ins() -> None:
+def _storage_stand_ins() -> Any:
     """Before the controller is built: its threads are never started, its storage keys are
-    computed in Python, and its ranks are one process's."""
+    computed in Python; returns the scope in which its storage configuration reads one process's
+    ranks (0.5.21+ keep them for good; 0.5.19 and 0.5.20 read them from a scoped override)."""
     setattr(importlib.import_module(_CONTROLLER), "threading", _Threading())  # noqa: B010 (SGLang's module)
     setattr(importlib.import_module(_NATIVE_HASH), "_load_native_hash_module", _PageHashes)  # noqa: B010
-    runtime = importlib.import_module("sglang.srt.runtime_context")
-    runtime.get_parallel().override_permanently(tp_rank=0, pp_rank=0)
+    parallel = importlib.import_module("sglang.srt.runtime_context").get_parallel()
+    if hasattr(parallel, "override_permanently"):
+        parallel.override_permanently(tp_rank=0, pp_rank=0)
+    return parallel.override(tp_rank=0, pp_rank=0)
 
 
 def _run_storage_inline(controller: Any) -> None:
