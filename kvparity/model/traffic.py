@@ -87,6 +87,9 @@ class ServerConfig:
     hicache_storage: bool = False  # SGLang's file backend as a third tier (--hicache-storage-backend file)
     # The fault mode: every device-host transfer is acknowledged this many iterations late (a slow copy).
     hicache_ack_delay: int = 0
+    # The storage fault mode: SGLang's own failure injector (0.5.23+) fails each storage call with
+    # this probability (kvparity seeds it). Not drawn: a release without the injector refuses it.
+    hicache_storage_failure: float = 0.0
 
     @property
     def window_slots(self) -> int | None:
@@ -115,6 +118,9 @@ class ServerConfig:
         if self.hicache_write_policy not in HICACHE_WRITE_POLICIES:
             raise ValueError(f"ServerConfig.hicache_write_policy={self.hicache_write_policy!r}: expected one of "
                              f"{HICACHE_WRITE_POLICIES}")
+        if not 0 <= self.hicache_storage_failure <= 1 or (self.hicache_storage_failure and not self.hicache_storage):
+            raise ValueError(f"ServerConfig.hicache_storage_failure={self.hicache_storage_failure}: a probability, "
+                             f"with a storage tier (hicache_storage)")
         if self.hicache_ack_delay < 0:
             raise ValueError(f"ServerConfig.hicache_ack_delay={self.hicache_ack_delay}: must be >= 0")
         if self.hicache_ratio is None:

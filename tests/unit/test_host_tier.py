@@ -4,6 +4,8 @@ copies between device and host carry it, and a load-back is read as it restored 
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 
@@ -209,3 +211,20 @@ def test_a_host_tier_mutant_of_a_release_is_caught(mutant_judged, name, scenario
     assert judgement.kind == kind, judgement.line()
     seen = [judgement.line(), *(read.line() for read in judgement.canary), ours.error.message if ours.error else ""]
     assert any(what in line for line in seen), seen
+
+
+def test_a_storage_tier_that_fails_every_call_is_recomputed_around(release_workers):
+    """SGLang's own storage failure injector (0.5.23), every call failing: nothing reaches storage
+    and nothing comes back from it, so d recomputes the prefix the host evicted (no fetch, no read
+    of wrong KV, every slot accounted for). A release without the injector refuses the setting."""
+    from kvparity.engine.real.worker import RemoteError
+
+    scenario = storage_scenario()
+    failing = TrafficScenario(dataclasses.replace(scenario.config, hicache_storage_failure=1.0), scenario.arrivals)
+    run = _played(release_workers, "0.5.23", failing)
+    assert TRAFFIC_STORAGE_HIT not in host_classes(run)
+    hits = {rid: hit for rec in run.decisions if rec.mode == "EXTEND" for rid, hit in zip(rec.rids, rec.prefix_lens)}
+    assert hits["d"] == 0
+    config, arrivals = failing.to_plain()
+    with pytest.raises(RemoteError, match="no storage failure injector"):
+        release_workers("0.5.22").call("run_traffic", config=config, arrivals=arrivals)

@@ -41,6 +41,7 @@ import hashlib
 import importlib
 import os
 import queue
+import random
 import shutil
 import struct
 import tempfile
@@ -78,10 +79,15 @@ class HostTier:
     write_policy: str = "write_through"
     storage: bool = False  # SGLang's file backend as a third tier
     ack_delay: int = 0  # the fault mode: every transfer acknowledged this many iterations late
+    # The storage fault mode: SGLang's own failure injector (0.5.23+) fails each storage call with
+    # this probability, drawn from a generator seeded per world (SGLang's is unseeded).
+    storage_failure: float = 0.0
 
     def __post_init__(self) -> None:
         if not self.ratio > 0:
             raise RealSGLangError(f"hicache_ratio={self.ratio}: must be > 0")
+        if not 0 <= self.storage_failure <= 1 or (self.storage_failure and not self.storage):
+            raise RealSGLangError(f"hicache_storage_failure={self.storage_failure}: a probability, with a storage tier")
         if self.write_policy not in HOST_WRITE_POLICIES:
             raise RealSGLangError(f"hicache_write_policy={self.write_policy!r}: expected one of {HOST_WRITE_POLICIES}")
 
@@ -125,6 +131,7 @@ def attach(tree: Any, server_args: Any, params: Any, tier: HostTier) -> Any:
     does (``init_hicache``); returns the host pool."""
     install_cpu_copies()
     ranks: Any = contextlib.nullcontext()
+    _publish_storage_failure(tier.storage_failure)
     if tier.storage:
         ranks = _storage_stand_ins()
         folder = tempfile.mkdtemp(prefix="kvparity-hicache-")
@@ -136,6 +143,8 @@ def attach(tree: Any, server_args: Any, params: Any, tier: HostTier) -> Any:
     host.pin_memory = False  # its storage path asks torch for pinned scratch pages otherwise
     if tier.storage:
         _run_storage_inline(tree.cache_controller)
+    if tier.storage_failure:
+        _seed_storage_failures()
     if tier.ack_delay:
         _delay_acks(tree, tier.ack_delay)
     return host
@@ -313,3 +322,29 @@ def _chain(prior: bytes | None, tokens: list[int]) -> bytes:
         digest.update(prior)
     digest.update(struct.pack(f"<{len(tokens)}I", *tokens))
     return digest.digest()
+
+
+# --------------------------------------------------------------------------- storage faults
+
+# SGLang's failure injector's setting (read when the storage backend is built; 0.5.23+).
+STORAGE_FAILURE_ENV = "SGLANG_TEST_HICACHE_BACKEND_RANDOM_FAILURE"
+_INJECTOR = "sglang.srt.mem_cache.hicache_storage:HiCacheStorageFailureInjector"
+STORAGE_FAILURE_SEED = 0
+
+
+def _publish_storage_failure(probability: float) -> None:
+    """The process's environment as this world's server has it (a worker builds many worlds)."""
+    if probability:
+        os.environ[STORAGE_FAILURE_ENV] = str(probability)
+    else:
+        os.environ.pop(STORAGE_FAILURE_ENV, None)
+
+
+def _seed_storage_failures() -> None:
+    """SGLang's injector draws from an unseeded generator per thread: seeded here (every storage
+    call runs on the scheduler's thread), so that a run replays its failures exactly."""
+    module, _, name = _INJECTOR.partition(":")
+    injector = getattr(importlib.import_module(module), name, None)
+    if injector is None:
+        raise RealSGLangError("hicache_storage_failure: this SGLang has no storage failure injector (0.5.23+)")
+    injector._thread_local.random = random.Random(STORAGE_FAILURE_SEED)

@@ -397,7 +397,8 @@ def _hybrid(config: dict[str, Any]) -> dict[str, Any]:
         return {"hicache_ratio": float(config["hicache_ratio"]),
                 "hicache_write_policy": str(config.get("hicache_write_policy", "write_through")),
                 "hicache_storage": bool(config.get("hicache_storage", False)),
-                "hicache_ack_delay": int(config.get("hicache_ack_delay", 0))}
+                "hicache_ack_delay": int(config.get("hicache_ack_delay", 0)),
+                "hicache_storage_failure": float(config.get("hicache_storage_failure", 0.0))}
     if config.get("mamba_slots") is not None:
         return {"mamba_slots": int(config["mamba_slots"])}
     if config.get("sliding_window") is None:

@@ -66,6 +66,7 @@ class Knobs:
     hicache_write_policy: str = "write_through"
     hicache_storage: bool = False  # its file storage tier
     hicache_ack_delay: int = 0  # its transfers acknowledged this many iterations late (the fault mode)
+    hicache_storage_failure: float = 0.0  # SGLang's storage failure injector's probability (0.5.23+)
 
     @property
     def overlap(self) -> bool:
@@ -75,7 +76,8 @@ class Knobs:
         """The world options of a hybrid model or a host tier (none for full attention alone)."""
         if self.hicache_ratio is not None:
             return {"hicache_ratio": self.hicache_ratio, "hicache_write_policy": self.hicache_write_policy,
-                    "hicache_storage": self.hicache_storage, "hicache_ack_delay": self.hicache_ack_delay}
+                    "hicache_storage": self.hicache_storage, "hicache_ack_delay": self.hicache_ack_delay,
+                    "hicache_storage_failure": self.hicache_storage_failure}
         if self.mamba_slots is not None:
             return {"mamba_slots": self.mamba_slots}
         if self.sliding_window is None:
