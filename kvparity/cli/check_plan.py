@@ -122,7 +122,7 @@ def scheduler_spec(real: Any, caches: tuple[str, ...] | None = None, undo_change
     checked = PlayerSpec("real", real.checked.path if real.checked.origin == "path" else real.checked.version)
     if real.reference is not None:
         reference = real.reference
-        if not any(reference.entry.serves(c) and real.checked.entry.serves(c) for c in caches):
+        if not any(_both_serve(real, c) for c in caches):
             return (f"--caches {','.join(caches)}: SGLang {reference.version} and {real.checked.version} do not both "
                     f"serve any of them (Mamba from 0.5.3.post2, a host tier from 0.5.19)")
         return SchedulerSpec(PlayerSpec("real", reference.path if reference.origin == "path" else reference.version),
@@ -168,7 +168,12 @@ def harness_models(real: Any, caches: tuple[str, ...] | None) -> tuple[str, ...]
     if hybrid and (real is None or real.reference is None):
         return (f"--caches {','.join(caches)}: the harness drive plays a hybrid model real release against real "
                 f"release only (--sglang A --against B)")
-    return tuple(c for c in caches if real.reference.entry.serves(c) and real.checked.entry.serves(c))
+    return tuple(c for c in caches if _both_serve(real, c))
+
+
+def _both_serve(real: Any, cache: str) -> bool:
+    """Whether kvparity drives both releases of ``real`` serving ``cache``."""
+    return bool(real.reference.entry.serves(cache) and real.checked.entry.serves(cache))
 
 
 def check_plans(args: argparse.Namespace, real: Any, jobs: int, budget: float | None) -> list[CheckPlan] | str:

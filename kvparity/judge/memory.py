@@ -11,7 +11,7 @@ from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from kvparity.engine.snapshot import MambaState, Snapshot, WindowState
+from kvparity.engine.snapshot import HostState, MambaState, Snapshot, WindowState
 from kvparity.judge.compare import RENUMBERED_BETWEEN_RELEASES, compare, known_between
 from kvparity.judge.oracles import conservation, host_tier_problems, states_conserved, window_conserved
 from kvparity.judge.renumber import DIVERGENT, renumbering_verdict
@@ -103,13 +103,14 @@ class MemoryDifference:
         return f"iteration {self.iteration}: memory differs: {self.what}: {self.detail}"
 
 
-def _pool_difference(pool: str, a: WindowState | MambaState | None,
-                     b: WindowState | MambaState | None) -> tuple[str, str] | None:
-    """A hybrid pool present in one run only, or its sizes (available, evictable, protected) apart."""
+def _pool_difference(pool: str, a: WindowState | MambaState | HostState | None,
+                     b: WindowState | MambaState | HostState | None,
+                     sizes: tuple[str, ...] = ("available_size", "evictable_size", "protected_size")) -> tuple[str, str] | None:
+    """A second pool present in one run only, or its ``sizes`` apart."""
     if a is None or b is None:
         return None if a is b else (f"{pool} pool", f"{'none' if b is None else 'one'} against the reference's "
                                                    f"{'none' if a is None else 'one'}")
-    for attr in ("available_size", "evictable_size", "protected_size"):
+    for attr in sizes:
         if getattr(a, attr) != getattr(b, attr):
             return f"{pool} {attr}", f"{getattr(b, attr)} != {getattr(a, attr)}"
     return None
@@ -153,11 +154,9 @@ def host_difference(ref: Snapshot, got: Snapshot, exact: bool) -> tuple[str, str
     free host slots, the paths the host keeps and which the device evicted (no renumbering
     changes these), and, ``exact`` (the same release), which host slots back what."""
     a, b = ref.host, got.host
-    if a is None or b is None:
-        return None if a is b else ("host tier", f"{'none' if b is None else 'one'} against the reference's "
-                                                 f"{'none' if a is None else 'one'}")
-    if a.available_size != b.available_size:
-        return "host available_size", f"{b.available_size} != {a.available_size}"
+    sizes = _pool_difference("host", a, b, sizes=("available_size",))
+    if sizes is not None or a is None or b is None:
+        return sizes
     shape_a = [(p, len(h), d is None) for p, h, d, _w, _l in a.nodes]
     shape_b = [(p, len(h), d is None) for p, h, d, _w, _l in b.nodes]
     if shape_a != shape_b:

@@ -340,9 +340,7 @@ class RealWorld:
     def __init__(self, entry: VersionEntry, backend: str, geometry: Any, cache_kind: str, device: str = "cpu", *,
                  tree_class: str | None = None, tree_core: str | None = None, sliding_window: int | None = None,
                  swa_kv_slots: int | None = None, swa_eviction_interval: int | None = None,
-                 mamba_slots: int | None = None, hicache_ratio: float | None = None,
-                 hicache_write_policy: str = "write_through", hicache_storage: bool = False,
-                 hicache_ack_delay: int = 0, hicache_storage_failure: float = 0.0) -> None:
+                 mamba_slots: int | None = None, host: HostTier | None = None) -> None:
         # A hybrid sliding-window model (its window and window pool), a hybrid linear model (its
         # state pool), or full attention (both None).
         self.window = None if sliding_window is None else Window(sliding_window, swa_kv_slots or 0,
@@ -350,8 +348,7 @@ class RealWorld:
         self.mamba = None if mamba_slots is None else Mamba(mamba_slots)
         hybrid = self.window is not None or self.mamba is not None
         # A host tier (issue 35): full attention, on the tree the release attaches HiCache to.
-        self.host = None if hicache_ratio is None else HostTier(hicache_ratio, hicache_write_policy, hicache_storage,
-                                                                    hicache_ack_delay, hicache_storage_failure)
+        self.host = host
         if self.host is not None:
             _check_host_tier(entry, hybrid, cache_kind)
             tree_core = tree_core or "python"  # kvparity reads each node's host slots: the Python core's

@@ -54,8 +54,6 @@ import torch
 
 from kvparity.engine.real import RealSGLangError
 
-# The write policies a release's HiCache offers (SGLang's --hicache-write-policy).
-HOST_WRITE_POLICIES = ("write_through", "write_back", "write_through_selective")
 # A HiCache world's KV: float32, head_dim KV_LANES (the canary's lanes, ``LaneStore``, need 7).
 KV_LANES = 8
 _COMMON = "sglang.srt.mem_cache.pool_host.common"
@@ -73,7 +71,7 @@ STORAGE_PREFETCH_THRESHOLD = 4
 class HostTier:
     """A server's host tier: its host pool's size as a ratio to the device pool's (SGLang's
     ``--hicache-ratio``: the host pool is that many times the device's slots, in whole pages, and
-    a page more) and its write policy."""
+    a page more) and its write policy. Checked where it is asked for (``traffic.ServerConfig``)."""
 
     ratio: float
     write_policy: str = "write_through"
@@ -83,13 +81,14 @@ class HostTier:
     # this probability, drawn from a generator seeded per world (SGLang's is unseeded).
     storage_failure: float = 0.0
 
-    def __post_init__(self) -> None:
-        if not self.ratio > 0:
-            raise RealSGLangError(f"hicache_ratio={self.ratio}: must be > 0")
-        if not 0 <= self.storage_failure <= 1 or (self.storage_failure and not self.storage):
-            raise RealSGLangError(f"hicache_storage_failure={self.storage_failure}: a probability, with a storage tier")
-        if self.write_policy not in HOST_WRITE_POLICIES:
-            raise RealSGLangError(f"hicache_write_policy={self.write_policy!r}: expected one of {HOST_WRITE_POLICIES}")
+    @classmethod
+    def of(cls, config: dict[str, Any]) -> HostTier | None:
+        """The host tier a traffic run's server configuration (``ServerConfig``'s fields) names."""
+        if config.get("hicache_ratio") is None:
+            return None
+        return cls(float(config["hicache_ratio"]), str(config.get("hicache_write_policy", "write_through")),
+                   bool(config.get("hicache_storage", False)), int(config.get("hicache_ack_delay", 0)),
+                   float(config.get("hicache_storage_failure", 0.0)))
 
     def server_fields(self) -> dict[str, Any]:
         """The server arguments that attach this tier (what a CPU can copy with: io backend

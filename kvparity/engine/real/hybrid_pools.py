@@ -130,7 +130,6 @@ def mamba_pools(entry: VersionEntry, mamba: Mamba, rows: int, max_context_len: i
     return rtp, kv_pool, allocator
 
 
-
 def window_tree(entry: VersionEntry, window: Window, fields: dict[str, Any], cache_init_params: Any,
                 unified: Callable[[dict[str, Any]], Any] | None) -> Any:
     """The tree of a sliding-window model: ``fields`` are the pools and page size every cache
@@ -187,8 +186,6 @@ def state_view(req_to_token_pool: Any, rows: dict[str, int]) -> StateView:
         flat[torch.as_tensor(slots, dtype=torch.int64), :_STATE_LANES] = torch.as_tensor(float_lanes(canaries), dtype=flat.dtype, device=flat.device)
 
     return StateView({rid: int(mapping[row]) for rid, row in rows.items()}, read, write)
-
-
 
 
 def run_deferred_state_work(req_to_token_pool: Any, batch: Any) -> None:

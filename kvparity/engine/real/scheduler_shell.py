@@ -70,6 +70,7 @@ from kvparity.engine.iteration_recorder import (
 )
 from kvparity.engine.real import RealSGLangError
 from kvparity.engine.real.adapter import VOCAB_SIZE, _dotted
+from kvparity.engine.real.host_tier import HostTier
 from kvparity.engine.real.hybrid_pools import run_deferred_state_work
 from kvparity.engine.real.shell_adapters import Knobs, ShellAdapter, adapter_for
 from kvparity.engine.real.standins import StandIn
@@ -389,16 +390,12 @@ def _knobs(config: dict[str, Any]) -> Knobs:
 
 
 def _hybrid(config: dict[str, Any]) -> dict[str, Any]:
-    """A hybrid model's settings (none for full attention): a host tier's ratio and write policy,
-    a Mamba model's state slots, or a
-    sliding-window model's window, its pool sized as ``ServerConfig.window_slots`` says (SGLang's
-    default share where the scenario leaves it)."""
-    if config.get("hicache_ratio") is not None:
-        return {"hicache_ratio": float(config["hicache_ratio"]),
-                "hicache_write_policy": str(config.get("hicache_write_policy", "write_through")),
-                "hicache_storage": bool(config.get("hicache_storage", False)),
-                "hicache_ack_delay": int(config.get("hicache_ack_delay", 0)),
-                "hicache_storage_failure": float(config.get("hicache_storage_failure", 0.0))}
+    """A hybrid model's settings (none for full attention): a host tier, a Mamba model's state
+    slots, or a sliding-window model's window, its pool sized as ``ServerConfig.window_slots``
+    says (SGLang's default share where the scenario leaves it)."""
+    host = HostTier.of(config)
+    if host is not None:
+        return {"host": host}
     if config.get("mamba_slots") is not None:
         return {"mamba_slots": int(config["mamba_slots"])}
     if config.get("sliding_window") is None:

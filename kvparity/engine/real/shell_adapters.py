@@ -38,6 +38,7 @@ import torch
 
 from kvparity.engine.real import RealSGLangError
 from kvparity.engine.real.adapter import ModelConfigStandIn, build_real_world, make_server_args
+from kvparity.engine.real.host_tier import HostTier
 from kvparity.engine.real.standins import StandIn
 from kvparity.engine.real.versions import VersionEntry, version_key
 from kvparity.engine.snapshot import full_allocator
@@ -62,11 +63,7 @@ class Knobs:
     swa_kv_slots: int | None = None  # its window pool's slots (set with sliding_window)
     swa_eviction_interval: int | None = None  # SGLANG_SWA_EVICTION_INTERVAL (None: SGLang's default)
     mamba_slots: int | None = None  # a hybrid linear (Mamba) model: its state slots (None: no Mamba layer)
-    hicache_ratio: float | None = None  # a host tier: its pool's ratio to the KV pool (None: none)
-    hicache_write_policy: str = "write_through"
-    hicache_storage: bool = False  # its file storage tier
-    hicache_ack_delay: int = 0  # its transfers acknowledged this many iterations late (the fault mode)
-    hicache_storage_failure: float = 0.0  # SGLang's storage failure injector's probability (0.5.23+)
+    host: HostTier | None = None  # a host tier (None: none)
 
     @property
     def overlap(self) -> bool:
@@ -74,10 +71,8 @@ class Knobs:
 
     def hybrid(self) -> dict[str, Any]:
         """The world options of a hybrid model or a host tier (none for full attention alone)."""
-        if self.hicache_ratio is not None:
-            return {"hicache_ratio": self.hicache_ratio, "hicache_write_policy": self.hicache_write_policy,
-                    "hicache_storage": self.hicache_storage, "hicache_ack_delay": self.hicache_ack_delay,
-                    "hicache_storage_failure": self.hicache_storage_failure}
+        if self.host is not None:
+            return {"host": self.host}
         if self.mamba_slots is not None:
             return {"mamba_slots": self.mamba_slots}
         if self.sliding_window is None:
