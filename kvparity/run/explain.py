@@ -234,7 +234,10 @@ def _ran(unit: FileChange | FunctionChange, called: set[tuple[str, str]]) -> boo
 
 def _diff(a: str, b: str, path: str, culprit: list[FileChange | FunctionChange]) -> str:
     """A's file -> A's file with only the culprit's functions as B has them (the whole file for a
-    file that cannot be split)."""
+    file that cannot be split; one line, as git writes it, for a binary file such as a compiled
+    extension, whose bytes read as text would be megabytes of noise)."""
+    if _binary(a, path) or _binary(b, path):
+        return f"Binary files a/{path} and b/{path} differ\n"
     if any(isinstance(c, FileChange) for c in culprit):
         return unified_diff(path, _text(a, path), _text(b, path))
     names = {c.name for c in culprit if isinstance(c, FunctionChange)}
@@ -278,6 +281,15 @@ def _units(a: str, b: str, change: FileChange) -> list[FileChange | FunctionChan
         return list(function_changes(change.path, _text(a, change.path), _text(b, change.path))) or [change]
     except SyntaxError:
         return [change]
+
+
+def _binary(root: str, path: str) -> bool:
+    """Whether the file holds a NUL byte in its first 8 KiB (git's test for a binary file)."""
+    full = Path(root) / path
+    if not full.exists():
+        return False
+    with full.open("rb") as f:
+        return b"\0" in f.read(8192)
 
 
 def _text(root: str, path: str) -> str:

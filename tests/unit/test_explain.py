@@ -177,6 +177,20 @@ def test_only_changed_functions_a_run_called_are_searched_and_module_code_always
     assert _ran(unit(MODULE_REST), called) and _ran(FileChange("x.txt", "changed"), set())
 
 
+def test_a_changed_binary_file_is_one_line_of_the_culprit_diff(tmp_path):
+    """A compiled extension in the culprit (0.5.22's Rust tree core) is named, not diffed as text:
+    read as text it made a 23 MB diff."""
+    from kvparity.run.explain import _diff
+
+    for side, body in (("a", b"\x7fELF\0\1"), ("b", b"\x7fELF\0\2")):
+        (tmp_path / side).mkdir()
+        (tmp_path / side / "core.so").write_bytes(body)
+        (tmp_path / side / "m.py").write_text(f"x = '{side}'\n")
+    a, b = str(tmp_path / "a"), str(tmp_path / "b")
+    assert _diff(a, b, "core.so", [FileChange("core.so", "changed")]) == "Binary files a/core.so and b/core.so differ\n"
+    assert "-x = 'a'\n+x = 'b'\n" in _diff(a, b, "m.py", [FileChange("m.py", "changed")])
+
+
 def test_a_hybrid_that_breaks_where_b_did_not_is_unresolved_not_a_verdict():
     """A hybrid whose SGLang raises differs from A, but not as B does: it is neither FAIL (0.5.6's
     one new MatchResult field, spliced alone into 0.5.5.post3, broke a tuple unpacking, and that
