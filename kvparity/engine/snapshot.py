@@ -338,12 +338,11 @@ def window_state(allocator: Any, tree: Any, radix: bool) -> WindowState | None:
         protected_size=int(tree.swa_protected_size()) if radix else 0)
 
 
-def host_state(host_pool: Any, tree: Any) -> HostState:
+def host_state(host_pool: Any, tree: Any, nodes: list[Any]) -> HostState:
     """A host tier's pool: its free slots (the free list and, from 0.5.20, the freed chunks not yet
     merged back into it), the tree's nodes holding host KV, and the slots fetches from storage
-    hold (each fetch's, and the pages of one its transfer gives back, not yet released)."""
-    from kvparity.engine.real.unified_tree import host_nodes  # worker side: SGLang's tree
-
+    hold (each fetch's, and the pages of one its transfer gives back, not yet released); ``nodes``
+    are the tree's ``HostNode``s."""
     released = [_host_copy(t) for t in getattr(host_pool, "release_slots", ()) if t is not None]
     free = torch.cat([_host_copy(host_pool.free_slots), *released]) if released else _host_copy(host_pool.free_slots)
     fetching = {int(s) for fetch in getattr(tree, "ongoing_prefetch", {}).values()
@@ -353,7 +352,7 @@ def host_state(host_pool: Any, tree: Any) -> HostState:
     fetching |= {int(s) for page in (list(releasing.queue) if releasing is not None else [])
                  if page is not None for s in _host_copy(page).tolist()}
     return HostState(slots=int(host_pool.size), free=tuple(int(s) for s in free.tolist()),
-                     nodes=tuple(host_nodes(tree)), available_size=int(host_pool.available_size()),
+                     nodes=tuple(nodes), available_size=int(host_pool.available_size()),
                      in_flight=tuple(sorted(fetching)))
 
 
@@ -432,7 +431,8 @@ def _world_state(world: Any, radix: bool, reqs: Iterable[Any] = ()) -> dict[str,
         "window": window_state(world.allocator, world.tree_cache, radix),
         "states": None if getattr(world, "mamba", None) is None else mamba_state(
             world.req_to_token_pool, world.tree_cache, radix, world.state_slots, world.request_rows, reqs),
-        "host": None if getattr(world, "host_pool", None) is None else host_state(world.host_pool, world.tree_cache),
+        "host": None if getattr(world, "host_pool", None) is None else host_state(
+            world.host_pool, world.tree_cache, world.host_nodes()),
     }
 
 

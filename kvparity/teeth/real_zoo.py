@@ -183,6 +183,21 @@ REAL_HOST_MUTANTS: tuple[RealMutant, ...] = (
                "        return cd.host_lock_ref == 0\n",
                "            node.write_through_pending_id is not None\n        ):\n            return False\n"
                "        return True\n", against="0.5.23"),
+    # HiRadixCache (0.5.15 to 0.5.18): the host tier of a radix tree of its own.
+    RealMutant("hiradix-load-back-skips-copy",
+               "HiRadixCache's load-back gives the request device slots for the prefix the host keeps, but copies "
+               "nothing into them", "0.5.15", "sglang/srt/managers/cache_controller.py",
+               "            for i in range(self.layer_num):\n                self.mem_pool_host.load_to_device_per_layer(",
+               "            for i in range(self.layer_num):\n                i < 0 and self.mem_pool_host.load_to_device_per_layer(",
+               against="0.5.15"),
+    RealMutant("hiradix-demotion-pruned",
+               "HiRadixCache's device eviction deletes a backed-up leaf (its host copy never freed) instead of "
+               "demoting it to the host", "0.5.15", f"{_MEM}/hiradix_cache.py",
+               "            if x.backuped:\n                num_evicted += self._evict_backuped(x)\n            else:\n"
+               "                num_evicted += self._evict_regular(x)\n",
+               "            if x.backuped and x.children:\n                num_evicted += self._evict_backuped(x)\n"
+               "            else:\n                num_evicted += self._evict_regular(x)\n",
+               against="0.5.15"),
 )
 ALL_REAL_MUTANTS = (REAL_MUTANTS + REAL_MUTANTS_PREFIX_LEN + REAL_INFLIGHT_MUTANTS + REAL_MEMORY_MUTANTS
                     + REAL_WINDOW_MUTANTS + REAL_STATE_MUTANTS + REAL_HOST_MUTANTS)

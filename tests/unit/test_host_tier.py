@@ -119,8 +119,10 @@ def _played(release_workers, release, scenario):
     return run
 
 
-@pytest.mark.parametrize("release", ["0.5.19", "0.5.23"])
+@pytest.mark.parametrize("release", ["0.5.15", "0.5.19", "0.5.23"])
 def test_a_prefix_the_device_evicted_is_loaded_back_from_the_host(release_workers, release):
+    """The same on HiRadixCache (0.5.15: a radix tree with a host tier of its own) and on
+    UnifiedRadixCache's host tier (0.5.19+)."""
     run = _played(release_workers, release, load_back_scenario())
     hits = {rid: hit for rec in run.decisions if rec.mode == "EXTEND" for rid, hit in zip(rec.rids, rec.prefix_lens)}
     assert hits["d"] == 40, hits
@@ -199,18 +201,39 @@ def reclaim_scenario() -> TrafficScenario:
     ("hicache-demotion-pruned", load_back_scenario, "memory", "host available_size: 89 != 49"),
     ("hicache-host-slots-freed-twice", host_eviction_scenario, "decision", "AssertionError: Double-free detected"),
     ("hicache-host-evicted-during-load-back", reclaim_scenario, "memory", "host available_size: 38 != 34"),
+    ("hiradix-load-back-skips-copy", load_back_scenario, "canary", "which holds token 2016 at position 16 of b"),
+    ("hiradix-demotion-pruned", load_back_scenario, "oracle", "host slots neither free, nor backing a node"),
 ])
 def test_a_host_tier_mutant_of_a_release_is_caught(mutant_judged, name, scenario, kind, what):
-    """Copies of 0.5.23 whose host tier goes wrong, each against the release: a load-back that
+    """Copies of 0.5.23 (UnifiedRadixCache) and 0.5.15 (HiRadixCache) whose host tier goes wrong,
+    each against the release: a load-back that
     copies nothing leaves d reading b's KV, which the device slots held before (the canary); a demotion
     turned into a prune frees a's host copy with its device slots (the host tier's memory, from
     the iteration b evicts a); host slots released twice stop the release on its own assertion
     (its run ends early); write-back's reclaim taking host copies that are locked frees host
-    slots the release keeps (the host tier's memory)."""
+    slots the release keeps (the host tier's memory). HiRadixCache's prune deletes the node and
+    leaves its host copy allocated: slots no node backs (the host oracle)."""
     judgement, ours = mutant_judged(name, scenario())
     assert judgement.kind == kind, judgement.line()
     seen = [judgement.line(), *(read.line() for read in judgement.canary), ours.error.message if ours.error else ""]
     assert any(what in line for line in seen), seen
+
+
+def test_hiradix_cache_draws_and_takes_no_storage_tier(release_workers):
+    """HiRadixCache's storage tier (0.5.15 to 0.5.18) is not driven: a check of such a release
+    draws none, and a scenario that asks for one is refused by name, never played without it."""
+    from hypothesis import find
+    from hypothesis.errors import NoSuchExample
+
+    from kvparity.engine.real.worker import RemoteError
+    from kvparity.model.traffic_strategies import traffic_scenarios
+
+    with pytest.raises(NoSuchExample):
+        find(traffic_scenarios(cache="hicache", host_storage=False), lambda s: s.config.hicache_storage)
+    assert find(traffic_scenarios(cache="hicache"), lambda s: s.config.hicache_storage).config.hicache_storage
+    config, arrivals = storage_scenario().to_plain()
+    with pytest.raises(RemoteError, match="HiRadixCache's storage tier"):
+        release_workers("0.5.15").call("run_traffic", config=config, arrivals=arrivals)
 
 
 def test_a_storage_tier_that_fails_every_call_is_recomputed_around(release_workers):

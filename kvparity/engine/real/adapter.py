@@ -26,7 +26,7 @@ import torch
 
 from kvparity.engine.canary import LaneStore, StateView
 from kvparity.engine.real import RealSGLangError
-from kvparity.engine.real.host_tier import KV_LANES, HostTier
+from kvparity.engine.real.host_tier import KV_LANES, HostTier, hiradix_cache, host_pool
 from kvparity.engine.real.host_tier import attach as attach_host_tier
 from kvparity.engine.real.hybrid_pools import (
     MAMBA_CACHE_CHUNK_SIZE,
@@ -41,6 +41,7 @@ from kvparity.engine.real.hybrid_pools import (
 )
 from kvparity.engine.real.names import lookup as _lookup
 from kvparity.engine.real.names import optional as _optional
+from kvparity.engine.real.unified_tree import HostNode, host_nodes, unified_tree_nodes
 from kvparity.engine.real.versions import UNIFIED_RADIX_CACHE, VersionEntry
 from kvparity.engine.snapshot import (
     _alias_row,  # one rule for which row a view prefix points into
@@ -318,8 +319,8 @@ class GeometryView:
 def _check_host_tier(entry: VersionEntry, hybrid: bool, cache_kind: str) -> None:
     """Refuse a host tier kvparity does not drive, naming why."""
     if entry.host_tier is None:
-        raise RealSGLangError(f"SGLang {entry.version}: its host tier (HiRadixCache) is not driven yet "
-                              f"(kvparity drives UnifiedRadixCache's, 0.5.19+)")
+        raise RealSGLangError(f"SGLang {entry.version}: its host tier is not driven (kvparity drives "
+                              f"HiRadixCache's from 0.5.15 and UnifiedRadixCache's from 0.5.19)")
     if hybrid or cache_kind != "radix":
         raise RealSGLangError("a host tier is driven for a full-attention model with its radix cache only")
 
@@ -351,7 +352,8 @@ class RealWorld:
         self.host = host
         if self.host is not None:
             _check_host_tier(entry, hybrid, cache_kind)
-            tree_core = tree_core or "python"  # kvparity reads each node's host slots: the Python core's
+            if entry.host_tier == "unified":
+                tree_core = tree_core or "python"  # kvparity reads each node's host slots: the Python core's
         # The tree a server of this release builds (UnifiedRadixCache from 0.5.19, or from 0.5.16 for
         # a hybrid model, on the release's default core), unless a world asks for another tree or core.
         unified = entry.unified_radix_cache is not None or (hybrid and entry.hybrid_tree == "unified")
@@ -362,8 +364,10 @@ class RealWorld:
                                   f"{('radix', 'unified') if unified else ('radix',)}")
         if hybrid and cache_kind == "chunk":
             raise RealSGLangError("a hybrid model's chunk cache (radix cache disabled) is not driven yet")
-        if self.host is not None and self.tree_class != "unified":
-            raise RealSGLangError(f"tree_class={self.tree_class!r}: a host tier attaches to UnifiedRadixCache")
+        host_tree = {"unified": "unified", "hiradix": "radix"}.get(entry.host_tier or "")
+        if self.host is not None and self.tree_class != host_tree:
+            raise RealSGLangError(f"tree_class={self.tree_class!r}: SGLang {entry.version}'s host tier is "
+                                  f"{entry.host_tier}'s, on its {host_tree} tree")
         if tree_core is not None and tree_core not in entry.tree_cores:
             raise RealSGLangError(f"tree_core={tree_core!r}: SGLang {entry.version} has {entry.tree_cores or 'one core'}")
         if backend not in BACKENDS:
@@ -415,8 +419,11 @@ class RealWorld:
         self.observed: dict[str, Any] = {}
         self._observe_allocator()
         self.tree_cache = self._make_tree_cache()
-        self.host_pool = None if self.host is None else attach_host_tier(self.tree_cache, self.server_args,
-                                                                         self._cache_init_params, self.host)
+        self.host_pool = None
+        if self.host is not None and self.tree_class == "unified":
+            self.host_pool = attach_host_tier(self.tree_cache, self.server_args, self._cache_init_params, self.host)
+        elif self.host is not None:
+            self.host_pool = host_pool(self.tree_cache)
 
     def _full_attention_pools(self) -> None:
         sg, g = self.sg, self.geometry
@@ -449,6 +456,8 @@ class RealWorld:
             return mamba_tree(self.entry, fields, sg.CacheInitParams, unified)
         if self.tree_class == "unified":
             return self._unified_radix_cache(fields)
+        if self.host is not None:  # HiRadixCache: the radix tree with its host tier (0.5.15 to 0.5.18)
+            return hiradix_cache(sg.CacheInitParams(disable=False, **fields), self.server_args, self.host)
         cls = sg.RadixCache if self.cache_kind == "radix" else sg.ChunkCache
         if cls is None:
             raise RealSGLangError(f"SGLang {self.entry.version} has no ChunkCache (cache kind 'chunk'): its chunk "
@@ -673,19 +682,23 @@ class RealWorld:
         tree, sorted (kvparity's ``RadixCache.contents()`` format); [] for a ChunkCache."""
         cache = self.tree_cache if cache is None else cache
         if self.tree_class == "unified":
-            from kvparity.engine.real.unified_tree import unified_tree_nodes
-
             return unified_tree_nodes(cache) if self.cache_kind == "radix" else []
         entries = [(extra, path, tuple(int(v) for v in node.value.tolist()), _lock_ref(node))
-                   for node, extra, path in _walk(cache)]
+                   for node, extra, path in _walk(cache) if node.value is not None]  # None: on the host only
         return sorted(entries, key=lambda e: (e[0] is not None, e[0] or "", e[1], e[2], e[3]))
+
+    def host_nodes(self) -> list[HostNode]:
+        """A host tier's nodes holding host KV or listed by a load-back (``HostNode``), by path."""
+        if self.tree_class == "unified":
+            return host_nodes(self.tree_cache)
+        return _radix_host_nodes(self.tree_cache)
 
     def all_tree_slots(self, cache: Any = None) -> list[int]:
         """Every slot the tree holds, depth first over sorted children (kvparity's order)."""
         cache = self.tree_cache if cache is None else cache
         if self.tree_class == "unified":
             return [slot for _, _, slots, _ in self.tree_contents(cache) for slot in slots]
-        return [int(v) for node, _, _ in _walk(cache) for v in node.value.tolist()]
+        return [int(v) for node, _, _ in _walk(cache) if node.value is not None for v in node.value.tolist()]
 
     def state(self) -> dict[str, Any]:
         """Everything SPEC section 7 compares, as plain data (the requests are viewed separately)."""
@@ -746,6 +759,17 @@ class _FreeGroup:
 def _lock_ref(node: Any) -> int:
     """A node's lock count in the full pool (a sliding-window tree's node counts its window's apart)."""
     return int(node.full_lock_ref if hasattr(node, "full_lock_ref") else node.lock_ref)
+
+
+def _radix_host_nodes(cache: Any) -> list[HostNode]:
+    """HiRadixCache's nodes with host KV: a backup lists a node by its id until acknowledged, a
+    load-back the last node of the path it loads."""
+    loading = {id(node) for node in cache.ongoing_load_back.values()}
+    out = [(path, () if node.host_value is None else tuple(int(v) for v in node.host_value.tolist()),
+            None if node.value is None else tuple(int(v) for v in node.value.tolist()),
+            node.id in cache.ongoing_write_through, id(node) in loading)
+           for node, _, path in _walk(cache) if node.host_value is not None or id(node) in loading]
+    return sorted(out, key=lambda e: e[0])
 
 
 def _walk(cache: Any):

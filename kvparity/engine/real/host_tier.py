@@ -1,6 +1,7 @@
 """A HiCache world's host tier (issue 35): ``--enable-hierarchical-cache`` keeps KV the device
-evicts in a host pool, and loads it back on a prefix hit. Driven where a server of the release
-builds it as ``UnifiedRadixCache.init_hicache`` (0.5.19+, ``VersionEntry.host_tier``).
+evicts in a host pool, and loads it back on a prefix hit. Driven as a server of the release builds
+it (``VersionEntry.host_tier``): ``HiRadixCache``, a radix tree with its own host tier (0.5.15 to
+0.5.18, ``hiradix_cache``), or ``UnifiedRadixCache.init_hicache`` (0.5.19+, ``attach``).
 
 What a CPU lacks, and what stands in for it (all kvparity's, installed on the release's modules):
 
@@ -10,11 +11,14 @@ What a CPU lacks, and what stands in for it (all kvparity's, installed on the re
 - the host buffer: the default allocator of device "cpu" registers it with ``cudaHostRegister``:
   the host pool's own allocator, unpinned;
 - streams and events need nothing: on a CPU SGLang takes ``torch.cpu``'s, whose events are done
-  when recorded.
+  when recorded;
+- HiRadixCache asks ``torch.distributed`` for its tensor-parallel group's size when it is built:
+  one rank, answered in that call's scope (``_one_rank``), so no process group exists.
 
 Deterministic transfers. Nothing runs on a thread: a copy happens inside the call that starts it,
-at the point of the loop a server's stream order implies. A backup (device to host) is queued when
-the tree backs a node up (an insert, or a hit under a selective policy) and copied when the
+at the point of the loop a server's stream order implies. HiRadixCache's controller starts a
+backup (device to host) as the tree asks for it, at an insert after the forward that wrote the KV
+(or a hit under a selective policy). UnifiedRadixCache's queues it then and copies it when the
 scheduler flushes the queue (``check_hicache_events`` at the start of an iteration, the flush after
 a batch's result): a server's write stream starts it then, after the forward that wrote the KV. A
 load-back is queued at admission (``init_load_back``) and copied in ``ready_to_load_host_cache``,
@@ -56,8 +60,11 @@ from kvparity.engine.real import RealSGLangError
 
 # A HiCache world's KV: float32, head_dim KV_LANES (the canary's lanes, ``LaneStore``, need 7).
 KV_LANES = 8
-_COMMON = "sglang.srt.mem_cache.pool_host.common"
-_MHA = "sglang.srt.mem_cache.pool_host.mha"
+# Where the host pool's allocation table and its full-attention pool (whose module binds the copies)
+# live: ``pool_host`` from 0.5.14 and 0.5.16, ``memory_pool_host`` before.
+_ALLOC_TABLES = ("sglang.srt.mem_cache.pool_host.common", "sglang.srt.mem_cache.memory_pool_host")
+_MHA_POOLS = ("sglang.srt.mem_cache.pool_host.mha", "sglang.srt.mem_cache.memory_pool_host")
+_HIRADIX = "sglang.srt.mem_cache.hiradix_cache:HiRadixCache"
 _CONTROLLER = "sglang.srt.managers.cache_controller"
 _NATIVE_HASH = "sglang.srt.mem_cache.cpp_utils.native_hash"
 # Where SGLang's file backend keeps its pages (its own environment variable, read when it is built).
@@ -120,24 +127,82 @@ def _unpinned(dims: Any, dtype: Any, device: Any, pin_memory: Any, allocator: An
 
 
 def install_cpu_copies() -> None:
-    """Put the stand-ins into the imported release (idempotent; before its tree attaches HiCache)."""
-    importlib.import_module(_COMMON).ALLOC_MEMORY_FUNCS["cpu"] = _unpinned
-    setattr(importlib.import_module(_MHA), "transfer_kv_direct", _transfer_kv_direct)  # noqa: B010 (bound on CUDA only)
+    """Put the stand-ins into the imported release (idempotent; before its tree builds a host pool)."""
+    _first_with(_ALLOC_TABLES, "ALLOC_MEMORY_FUNCS").ALLOC_MEMORY_FUNCS["cpu"] = _unpinned
+    # ``transfer_kv_direct`` is bound in the module defining the pool, on CUDA only.
+    setattr(_first_with(_MHA_POOLS, "MHATokenToKVPoolHost"), "transfer_kv_direct", _transfer_kv_direct)  # noqa: B010
+
+
+def _first_with(modules: tuple[str, ...], name: str) -> Any:
+    """The first of ``modules`` this release has that defines ``name``."""
+    for module in modules:
+        try:
+            found = importlib.import_module(module)
+        except ImportError:
+            continue
+        if name in vars(found):
+            return found
+    raise RealSGLangError(f"this SGLang defines {name} in none of {list(modules)}")
 
 
 def attach(tree: Any, server_args: Any, params: Any, tier: HostTier) -> Any:
     """Attach ``tier`` (as ``server_args`` name it) to a UnifiedRadixCache as the server's factory
     does (``init_hicache``); returns the host pool."""
     install_cpu_copies()
-    ranks: Any = contextlib.nullcontext()
-    _publish_storage_failure(tier.storage_failure)
-    if tier.storage:
-        ranks = _storage_stand_ins()
-        folder = tempfile.mkdtemp(prefix="kvparity-hicache-")
-        weakref.finalize(tree, shutil.rmtree, folder, True)
-        os.environ[STORAGE_DIR_ENV] = folder
-    with ranks:
+    with _storage(tree, tier):
         tree.init_hicache(server_args, params)
+    return _driven(tree, tier)
+
+
+def hiradix_cache(params: Any, server_args: Any, tier: HostTier) -> Any:
+    """The HiRadixCache a server of 0.5.15 to 0.5.18 builds for ``tier`` (as ``server_args`` name it)."""
+    if tier.storage:
+        raise RealSGLangError("hicache_storage: HiRadixCache's storage tier (0.5.15 to 0.5.18) is not driven yet")
+    install_cpu_copies()
+    with _one_rank():
+        tree = _lookup_hiradix()(params=params, server_args=server_args)
+    _driven(tree, tier)
+    return tree
+
+
+def _lookup_hiradix() -> Any:
+    module, _, name = _HIRADIX.partition(":")
+    return getattr(importlib.import_module(module), name)
+
+
+@contextlib.contextmanager
+def _one_rank() -> Any:
+    """``torch.distributed.get_world_size`` of the default group answers 1 (a server of one rank)."""
+    dist, real = torch.distributed, torch.distributed.get_world_size
+
+    def one(group: Any = None) -> int:
+        if group is not None:
+            raise RealSGLangError(f"HiRadixCache asked for the size of process group {group!r}: one rank only")
+        return 1
+
+    dist.get_world_size = one
+    try:
+        yield
+    finally:
+        dist.get_world_size = real
+
+
+@contextlib.contextmanager
+def _storage(tree: Any, tier: HostTier) -> Any:
+    """The scope a tier's controller is built in: its storage folder and ranks (with storage)."""
+    _publish_storage_failure(tier.storage_failure)
+    if not tier.storage:
+        yield
+        return
+    folder = tempfile.mkdtemp(prefix="kvparity-hicache-")
+    weakref.finalize(tree, shutil.rmtree, folder, True)
+    os.environ[STORAGE_DIR_ENV] = folder
+    with _storage_stand_ins():
+        yield
+
+
+def _driven(tree: Any, tier: HostTier) -> Any:
+    """The stand-ins a built tier runs under (storage inline, seeded faults, late acks); its host pool."""
     host = host_pool(tree)
     host.pin_memory = False  # its storage path asks torch for pinned scratch pages otherwise
     if tier.storage:

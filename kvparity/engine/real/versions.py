@@ -159,14 +159,21 @@ class VersionEntry:
     # before, a sliding-window model's pools are page size 1 only.
     paged_swa: bool = False
     # The host tier a server attaches with --enable-hierarchical-cache, where kvparity drives it
-    # (issue 35): "unified" (0.5.19+: UnifiedRadixCache.init_hicache, the plain model's tree).
-    # None: not driven (HiRadixCache, 0.5.3 .. 0.5.18, is not yet).
+    # (issue 35): "hiradix" (0.5.15 to 0.5.18: HiRadixCache, a radix tree with its own host tier)
+    # or "unified" (0.5.19+: UnifiedRadixCache.init_hicache, the plain model's tree). None: not
+    # driven (0.5.13 and 0.5.14 refuse a host pool no larger than the device's, which the strategy
+    # draws to make the host evict; before 0.5.13 the host pool imports sgl_kernel's copies).
     host_tier: str | None = None
 
     @property
     def serves_mamba(self) -> bool:
         """Whether a hybrid linear (Mamba) model's server has a tree: MambaRadixCache or UnifiedRadixCache's MAMBA."""
         return self.mamba_tree is not None or self.hybrid_tree == "unified"
+
+    @property
+    def host_storage(self) -> bool:
+        """Whether kvparity drives its host tier's storage tier (UnifiedRadixCache's, 0.5.19+)."""
+        return self.host_tier == "unified"
 
     def serves(self, cache: str) -> bool:
         """Whether kvparity drives this release serving ``cache`` (a name of ``traffic.CACHES``)."""
@@ -264,7 +271,7 @@ CHANGES: tuple[tuple[str, dict[str, object]], ...] = (
     )),
     ("0.5.13.post1", dict()),
     ("0.5.14", dict()),
-    ("0.5.15", dict(admission="extend_range")),
+    ("0.5.15", dict(admission="extend_range", host_tier="hiradix")),
     ("0.5.15.post1", dict()),
     ("0.5.16", dict(
         hybrid_tree="unified",
