@@ -25,6 +25,18 @@ def test_every_named_change_that_says_how_to_undo_it_undoes_its_own_release_s_te
     assert [c.what[:40] for c in changes_between("0.5.22", "0.5.23") if c.undo] == [
         "Scheduler.get_next_batch_to_run filters ", "the prefill pass stops before matching t",
         "the prefill pass's row budget counts the"]
+    for change in (c for c in CHANGES if c.undo):
+        path, wrote, before = change.undo
+        text = (resolve_release(change.release) / path).read_text()
+        assert text.count(wrote) == 1, (change.release, change.what[:40])
+
+
+def resolve_release(release: str):
+    from pathlib import Path
+
+    from kvparity.engine.real.install import resolve
+
+    return Path(resolve(release).path)
 
 
 def test_0_5_23_s_spent_budget_stop_is_why_its_tree_has_a_node_fewer(release_workers):

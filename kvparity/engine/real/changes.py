@@ -87,9 +87,25 @@ CHANGES: tuple[Change, ...] = (
            "size); when a Mamba state eviction removes a leaf, its parent left without a state (no match can end there) "
            "keeps its KV, evictable, where MambaRadixCache frees it too (kvparity matrix --caches swa,mamba)"),
     Change("0.5.17", BEHAVIOUR, "evict_from_tree_cache evicts only the shortfall (num_tokens - available_size) instead "
-           "of num_tokens, so a retraction or an allocation keeps more of the tree"),
+           "of num_tokens, so a retraction or an allocation keeps more of the tree",
+           undo=("sglang/srt/mem_cache/common.py",
+                 "        # Standard allocator: evict only the shortfall (mirrors the SWA arm)\n"
+                 "        available_size = allocator.available_size()\n        if available_size < num_tokens:\n"
+                 "            tree_cache.evict(EvictParams(num_tokens=num_tokens - available_size))\n",
+                 "        # Standard allocator\n        if allocator.available_size() < num_tokens:\n"
+                 "            tree_cache.evict(EvictParams(num_tokens=num_tokens))\n")),
+    Change("0.5.17", BEHAVIOUR, "with a host tier (HiRadixCache), update_running_batch no longer acknowledges finished "
+           "write-through backups before its decode memory check (flush_write_through_acks is gone): their nodes stay "
+           "locked until the next pass's check_hicache_events",
+           undo=("sglang/srt/managers/scheduler.py",
+                 "            return batch\n\n        # Check if decode out of memory\n",
+                 "            return batch\n\n        if self.enable_hierarchical_cache:\n"
+                 "            self.tree_cache.writing_check()\n\n        # Check if decode out of memory\n")),
     Change("0.5.18", RENUMBERING, "rows are popped from the tail of the free list (the last freed row is reused first); "
-           "its pull request: \"allocation order has no semantic meaning\"", "#32208"),
+           "its pull request: \"allocation order has no semantic meaning\"", "#32208",
+           undo=("sglang/srt/mem_cache/memory_pool.py",
+                 "            select_index = self.free_slots[-need_size:]\n            del self.free_slots[-need_size:]\n",
+                 "            select_index = self.free_slots[:need_size]\n            del self.free_slots[:need_size]\n")),
     Change("0.5.19", BEHAVIOUR, "the request's row and KV lengths move to req.kv (ReqKvInfo); the scheduler builds "
            "UnifiedRadixCache on the plain path (on its Python tree core), which kvparity drives from this release on "
            "(RadixCache stays selectable)"),
