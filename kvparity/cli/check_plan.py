@@ -197,15 +197,7 @@ def check_plans(args: argparse.Namespace, real: Any, jobs: int, budget: float | 
 
         power = per_task(args)  # the harness drive's count is in all, shared out over the templates
         count = power * len(TEMPLATES) if power else args.examples or default
-        caches = getattr(args, "caches", None)
-        if caches is not None and "hicache" in caches:
-            # kvparity's own loop does not make HiCache's calls (its events, load-backs): not played.
-            if drive == "harness":
-                return "--caches hicache: a host tier is played by the scheduler-driven check only (--drive scheduler)"
-            print("kvparity check: the harness drive does not play a host tier (hicache) yet: the scheduler-driven "
-                  "check does", flush=True)
-            caches = tuple(c for c in caches if c != "hicache") or ("full",)
-        models = harness_models(real, caches)
+        models = harness_models(real, getattr(args, "caches", None))
         if isinstance(models, str):
             return models
         plans += [CheckPlan("harness", dataclasses.replace(spec, model=model), count, args.seed, jobs, budget)

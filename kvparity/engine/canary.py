@@ -85,6 +85,13 @@ def hybrid_views(world: Any, requests: list[ForwardRequest]) -> tuple[WindowView
     return view, states
 
 
+def canary_for(world: Any) -> KVCanary:
+    """The canary of a forward in ``world``: its KV kept where the world says (a host tier's, in
+    the KV pool itself, whose copies then carry it), else on a side table."""
+    store = getattr(world, "kv_canary_store", None)
+    return KVCanary(store() if store is not None else None)
+
+
 @dataclass
 class Launch:
     """A launched forward: the requests, what each read, and its writes' undo log (the slots it

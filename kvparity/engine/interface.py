@@ -54,6 +54,15 @@ class SchedulerWorld(Protocol):
         """The admission lock on the matched tree node."""
         ...
 
+    def host_events(self) -> None:
+        """A host tier's acknowledgements, read where a server's pass starts (none without one)."""
+        ...
+
+    def load_back(self, req: Any) -> None:
+        """A host tier's load-back of the prefix the host keeps for ``req`` (matched, about to be
+        admitted): its prefix grows by what the device gets back (nothing without one)."""
+        ...
+
     def cache_unfinished_req(self, req: Any, chunked: bool = False) -> None:
         """Publish what a running (or chunked) request has computed so far."""
         ...

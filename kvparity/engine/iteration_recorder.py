@@ -16,7 +16,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from kvparity.engine.canary import ForwardRequest, KVCanary, Launch, hybrid_views
+from kvparity.engine.canary import ForwardRequest, Launch, canary_for, hybrid_views
 from kvparity.engine.scheduler import StageRecord
 from kvparity.engine.snapshot import RequestView, Snapshot, full_allocator, iteration_snapshot, memory_view
 from kvparity.model.poison import POISON
@@ -62,8 +62,7 @@ class IterationRecorder:
         self.world = world
         self.radix = radix
         self.width = width
-        store = getattr(world, "kv_canary_store", None)  # a host tier keeps the canary in the KV itself
-        self.canary = KVCanary(store() if store is not None else None)
+        self.canary = canary_for(world)
         self.slotted: dict[str, int] = {}
         self.seconds = 0.0  # spent on canaries and snapshots (the cost the report states)
 

@@ -26,7 +26,7 @@ from typing import Any
 
 import torch
 
-from kvparity.engine.canary import ForwardRequest, KVCanary, hybrid_views
+from kvparity.engine.canary import ForwardRequest, canary_for, hybrid_views
 from kvparity.engine.interface import SchedulerWorld
 from kvparity.mem_cache.errors import Exhausted
 from kvparity.model.contract import batch_prefix_violations
@@ -88,7 +88,7 @@ class Scheduler:
         self.halted: str | None = None
         self._freed_chunk_row: tuple[int | None, str | None] = (None, None)
         # The replaced forward's KV canary (kvparity.engine.canary): each request's last read.
-        self.canary = KVCanary()
+        self.canary = canary_for(world)
         self.last_read: dict[str, tuple[bool, int]] = {}
 
     # ---- helpers ---------------------------------------------------------------------------------
@@ -154,6 +154,7 @@ class Scheduler:
     def apply(self, step_index: int, step: Step) -> Iterator[StageRecord]:
         if self.halted:
             return
+        self.world.host_events()  # as a server's pass starts: a host tier's finished transfers
         if isinstance(step, Extend):
             yield from self._extend(step_index, step)
         elif isinstance(step, Decode):
@@ -232,6 +233,7 @@ class Scheduler:
             req = self.reqs[rid]
             self.world.init_next_round_input(req)
             notes += self._admission_notes(rid, req)
+            self.world.load_back(req)  # a host hit: the PrefillAdder loads it back before cutting
             need = ceil_to_page(req.extend_input_len, ps)
             if need > budget - reserve:
                 if reserve:

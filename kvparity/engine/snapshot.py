@@ -15,7 +15,7 @@ import dataclasses
 import functools
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 import torch
 
@@ -105,6 +105,29 @@ class MambaState:
                       "waiting": tuple(data.get("waiting", ()))})
 
 
+class HostNode(NamedTuple):
+    """A tree node with host KV (or listed by a load-back): its full token path in its extra key's
+    tree, its host slots, its device slots (None once the device evicted them), and whether a
+    backup or a load-back lists it."""
+
+    path: tuple[int, ...]
+    host: tuple[int, ...]
+    device: tuple[int, ...] | None
+    writing: bool
+    loading: bool
+    extra_key: str | None = None
+
+    def to_plain(self) -> list[Any]:
+        return [list(self.path), list(self.host), None if self.device is None else list(self.device),
+                self.writing, self.loading, self.extra_key]
+
+    @classmethod
+    def from_plain(cls, data: list[Any]) -> HostNode:
+        path, host, device, writing, loading, *extra = data
+        return cls(tuple(path), tuple(host), None if device is None else tuple(device), bool(writing), bool(loading),
+                   extra[0] if extra else None)
+
+
 @dataclass
 class HostState:
     """A host tier's pool after an iteration: its slots (``0 .. slots-1``), the free ones, and the
@@ -115,31 +138,30 @@ class HostState:
 
     slots: int
     free: tuple[int, ...]
-    nodes: tuple[tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...] | None, bool, bool], ...]
+    nodes: tuple[HostNode, ...]
     available_size: int
     in_flight: tuple[int, ...] = ()
 
     def to_plain(self) -> dict[str, Any]:
         return {"slots": self.slots, "free": list(self.free), "available_size": self.available_size,
                 "in_flight": list(self.in_flight),
-                "nodes": [[list(p), list(h), None if d is None else list(d), w, ld] for p, h, d, w, ld in self.nodes]}
+                "nodes": [node.to_plain() for node in self.nodes]}
 
     @classmethod
     def from_plain(cls, data: dict[str, Any]) -> HostState:
         return cls(slots=int(data["slots"]), free=tuple(data["free"]), available_size=int(data["available_size"]),
                    in_flight=tuple(data.get("in_flight", ())),
-                   nodes=tuple((tuple(p), tuple(h), None if d is None else tuple(d), bool(w), bool(ld))
-                               for p, h, d, w, ld in data["nodes"]))
+                   nodes=tuple(HostNode.from_plain(node) for node in data["nodes"]))
 
     @property
     def host_only_tokens(self) -> int:
         """Tokens the tree keeps on the host alone (the device evicted them)."""
-        return sum(len(h) for _p, h, d, _w, _l in self.nodes if d is None)
+        return sum(len(node.host) for node in self.nodes if node.device is None)
 
     @property
     def loading(self) -> tuple[int, ...]:
         """Host slots a load-back lists (sorted)."""
-        return tuple(sorted(s for _p, h, _d, _w, ld in self.nodes if ld for s in h))
+        return tuple(sorted(s for node in self.nodes if node.loading for s in node.host))
 
 
 @dataclass(frozen=True)
@@ -338,7 +360,7 @@ def window_state(allocator: Any, tree: Any, radix: bool) -> WindowState | None:
         protected_size=int(tree.swa_protected_size()) if radix else 0)
 
 
-def host_state(host_pool: Any, tree: Any, nodes: list[Any]) -> HostState:
+def host_state(host_pool: Any, tree: Any, nodes: list[HostNode]) -> HostState:
     """A host tier's pool: its free slots (the free list and, from 0.5.20, the freed chunks not yet
     merged back into it), the tree's nodes holding host KV, and the slots fetches from storage
     hold (each fetch's, and the pages of one its transfer gives back, not yet released); ``nodes``

@@ -105,6 +105,12 @@ class World:
     def refuse(self, req: Any) -> None:
         """Nothing: kvparity's worlds serve full attention, whose match takes nothing."""
 
+    def host_events(self) -> None:
+        """Nothing: kvparity's worlds have no host tier."""
+
+    def load_back(self, req: Any) -> None:
+        """Nothing: kvparity's worlds have no host tier."""
+
     def release_pages(self) -> torch.Tensor:
         """Freed pages waiting for the next sort (RealWorld reads each release's own store)."""
         return self.allocator.release_pages

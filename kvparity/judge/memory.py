@@ -157,8 +157,8 @@ def host_difference(ref: Snapshot, got: Snapshot, exact: bool) -> tuple[str, str
     sizes = _pool_difference("host", a, b, sizes=("available_size",))
     if sizes is not None or a is None or b is None:
         return sizes
-    shape_a = [(p, len(h), d is None) for p, h, d, _w, _l in a.nodes]
-    shape_b = [(p, len(h), d is None) for p, h, d, _w, _l in b.nodes]
+    shape_a = [(n.extra_key, n.path, len(n.host), n.device is None) for n in a.nodes]
+    shape_b = [(n.extra_key, n.path, len(n.host), n.device is None) for n in b.nodes]
     if shape_a != shape_b:
         return "host nodes", (f"{len(shape_b)} nodes, {b.host_only_tokens} tokens on the host alone, against the "
                               f"reference's {len(shape_a)} and {a.host_only_tokens}")

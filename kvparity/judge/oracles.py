@@ -77,7 +77,7 @@ def host_slots_conserved(host: HostState) -> list[str]:
     """Every host slot is exactly one of free, backing one node (a backup in flight already backs
     its node) or held by a fetch from storage, none a transfer lists is free, and nothing else is
     handed out."""
-    backing = Counter(s for _p, h, _d, _w, _l in host.nodes for s in h)
+    backing = Counter(s for node in host.nodes for s in node.host)
     places = Counter(host.free) + backing + Counter(host.in_flight)
     problems = []
     twice = sorted(s for s, n in places.items() if n > 1)
@@ -89,7 +89,8 @@ def host_slots_conserved(host: HostState) -> list[str]:
     lost = sorted(set(range(host.slots)) - set(places))
     if lost:
         problems.append(f"host slots neither free, nor backing a node, nor fetched from storage (leaked): {lost[:6]}")
-    listed = sorted(set(host.free) & ({s for _p, h, _d, w, ld in host.nodes if w or ld for s in h} | set(host.in_flight)))
+    listed = sorted(set(host.free) & ({s for n in host.nodes if n.writing or n.loading for s in n.host}
+                                      | set(host.in_flight)))
     if listed:
         problems.append(f"host slots freed while a transfer lists them: {listed[:6]}")
     if host.available_size != len(host.free):
@@ -100,17 +101,18 @@ def host_slots_conserved(host: HostState) -> list[str]:
 def host_nodes_consistent(host: HostState, tree: tuple) -> list[str]:
     """A node's device and host states agree: a node on both holds as many slots on each, a node
     being loaded back has its device slots, and no device KV hangs below a node the device evicted
-    (eviction demotes leaves first)."""
+    (eviction demotes leaves first) in the same extra key's tree."""
     problems = []
-    for path, h, d, _writing, loading in host.nodes:
-        if d is not None and len(d) != len(h):
-            problems.append(f"node {_short(path)}: {len(d)} device slots but {len(h)} host slots")
-        if loading and d is None:
-            problems.append(f"node {_short(path)}: a load-back lists it, but it has no device slots")
-        if loading and not h:
-            problems.append(f"node {_short(path)}: a load-back lists it, but its host KV was freed")
-    evicted = [path for path, _h, d, _w, _l in host.nodes if d is None]
-    below = [e[1] for e in tree if any(len(e[1]) > len(p) and e[1][: len(p)] == p for p in evicted)]
+    for n in host.nodes:
+        if n.device is not None and len(n.device) != len(n.host):
+            problems.append(f"node {_short(n.path)}: {len(n.device)} device slots but {len(n.host)} host slots")
+        if n.loading and n.device is None:
+            problems.append(f"node {_short(n.path)}: a load-back lists it, but it has no device slots")
+        if n.loading and not n.host:
+            problems.append(f"node {_short(n.path)}: a load-back lists it, but its host KV was freed")
+    evicted = [(n.extra_key, n.path) for n in host.nodes if n.device is None]
+    below = [e[1] for e in tree
+             if any(e[0] == key and len(e[1]) > len(p) and e[1][: len(p)] == p for key, p in evicted)]
     if below:
         problems.append(f"device KV below a node the device evicted: {_short(below[0])}")
     return problems

@@ -67,11 +67,11 @@ def host_classes(result: TrafficRun) -> set[str]:
     node the host kept alone holding device KV again after an iteration with a hit (loaded back),
     a node's host KV gone (host eviction), a retraction, host slots a fetch from storage holds."""
     found: set[str] = set()
-    before: dict[tuple[int, ...], bool] = {}  # path -> on the host alone
+    before: dict[tuple[str | None, tuple[int, ...]], bool] = {}  # (extra key, path) -> on the host alone
     for rec, snap in zip(result.decisions, result.memory):
         if snap.host is None:
             return found
-        now = {path: d is None for path, _h, d, _w, _l in snap.host.nodes}
+        now = {(node.extra_key, node.path): node.device is None for node in snap.host.nodes}
         if any(now.values()):
             found.add(TRAFFIC_HOST_DEMOTED)
         hit = rec.mode == "EXTEND" and any(n > 0 for n in rec.prefix_lens)

@@ -74,8 +74,9 @@ class HarnessDrive:
         self.worlds = real if spec.real_reference else names + real
         self.reference, self.checked = self.worlds[0], self.worlds[1:]
         # A hybrid model's worlds: the radix cache, page sizes their pools take (a window pool's
-        # above 1 where every release's takes them; a Mamba tree's 1 only).
-        paged = spec.model == "swa" and lane is not None and all(s.entry.paged_swa for s in lane.sources)
+        # above 1 where every release's takes them; a Mamba tree's 1 only; a host tier's any).
+        paged = spec.model == "hicache" or (spec.model == "swa" and lane is not None
+                                            and all(s.entry.paged_swa for s in lane.sources))
         self.templates = TEMPLATES if spec.model == "full" else hybrid_templates(paged)
         self.page_sizes = None if spec.model == "full" or paged else (1,)
 

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from kvparity.engine.canary import KVCanary, LaneStore, SlotStore
-from kvparity.engine.snapshot import HostState
+from kvparity.engine.snapshot import HostNode, HostState
 from kvparity.judge.memory import run_problems
 from kvparity.judge.oracles import host_nodes_consistent, host_slots_conserved
 from kvparity.judge.traffic_classes import host_classes
@@ -55,7 +55,7 @@ def test_a_canary_on_a_lane_store_reads_as_on_a_side_table():
 
 
 def _host(nodes, free, available=None):
-    return HostState(slots=8, free=tuple(free), nodes=tuple(nodes),
+    return HostState(slots=8, free=tuple(free), nodes=tuple(HostNode(*node) for node in nodes),
                      available_size=len(free) if available is None else available)
 
 
@@ -84,10 +84,11 @@ def test_no_host_slot_is_freed_while_a_transfer_lists_it():
 
 def test_a_node_s_device_and_host_states_agree():
     """(1, 2) holds two device slots but one host slot; (1, 2, 3, 4) is being loaded back without
-    device slots; and the device tree still holds KV below (5, 6), which the device evicted."""
+    device slots; and the device tree still holds KV below (5, 6), which the device evicted. The
+    same tokens under another extra key (a LoRA adapter's tree) are another tree: not below it."""
     nodes = [((1, 2), (0,), (5, 6), False, False), ((1, 2, 3, 4), (1, 2), None, False, True),
              ((5, 6), (3, 4), None, False, False)]
-    device_tree = ((None, (1, 2), (5, 6), 0), (None, (5, 6, 7), (9,), 0))
+    device_tree = ((None, (1, 2), (5, 6), 0), (None, (5, 6, 7), (9,), 0), ("lora-a", (5, 6, 8), (10,), 0))
     assert host_nodes_consistent(_host(nodes, range(5, 8)), device_tree) == [
         "node [2 tokens ending [1, 2]]: 2 device slots but 1 host slots",
         "node [4 tokens ending [2, 3, 4]]: a load-back lists it, but it has no device slots",

@@ -41,9 +41,10 @@ from kvparity.engine.real.hybrid_pools import (
 )
 from kvparity.engine.real.names import lookup as _lookup
 from kvparity.engine.real.names import optional as _optional
-from kvparity.engine.real.unified_tree import HostNode, host_nodes, unified_tree_nodes
+from kvparity.engine.real.unified_tree import host_nodes, unified_tree_nodes
 from kvparity.engine.real.versions import UNIFIED_RADIX_CACHE, VersionEntry
 from kvparity.engine.snapshot import (
+    HostNode,
     _alias_row,  # one rule for which row a view prefix points into
     full_allocator,
     full_sizes,
@@ -75,6 +76,12 @@ def _dotted(obj: Any, path: str) -> Any:
     for part in path.split("."):
         obj = getattr(obj, part)
     return obj
+
+
+def _set_dotted(obj: Any, path: str, value: Any) -> None:
+    """``obj.a.b = value`` for ``path`` "a.b"."""
+    *parents, name = path.split(".")
+    setattr(_dotted(obj, ".".join(parents)) if parents else obj, name, value)
 
 
 def _fill_ids(req: Any) -> Any:
@@ -341,15 +348,16 @@ class RealWorld:
     def __init__(self, entry: VersionEntry, backend: str, geometry: Any, cache_kind: str, device: str = "cpu", *,
                  tree_class: str | None = None, tree_core: str | None = None, sliding_window: int | None = None,
                  swa_kv_slots: int | None = None, swa_eviction_interval: int | None = None,
-                 mamba_slots: int | None = None, host: HostTier | None = None) -> None:
+                 mamba_slots: int | None = None, host: HostTier | dict[str, Any] | None = None) -> None:
         # A hybrid sliding-window model (its window and window pool), a hybrid linear model (its
         # state pool), or full attention (both None).
         self.window = None if sliding_window is None else Window(sliding_window, swa_kv_slots or 0,
                                                                  swa_eviction_interval)
         self.mamba = None if mamba_slots is None else Mamba(mamba_slots)
         hybrid = self.window is not None or self.mamba is not None
-        # A host tier (issue 35): full attention, on the tree the release attaches HiCache to.
-        self.host = host
+        # A host tier (issue 35): full attention, on the tree the release attaches HiCache to
+        # (``HostTier``'s fields as plain data from a harness lane).
+        self.host = HostTier(**host) if isinstance(host, dict) else host
         if self.host is not None:
             _check_host_tier(entry, hybrid, cache_kind)
             if entry.host_tier == "unified":
@@ -554,7 +562,37 @@ class RealWorld:
         return behaviour_notes(entry)
 
     def batch(self, reqs: list[Any], chunked_req: Any = None) -> RealBatch:
-        return RealBatch(self, list(reqs), chunked_req)
+        batch = RealBatch(self, list(reqs), chunked_req)
+        if self.host is not None:  # the server starts the batch's load-backs as it forms the batch
+            batch.inner.hicache_consumer_index = self.tree_cache.ready_to_load_host_cache()
+        return batch
+
+    def host_events(self) -> None:
+        """A host tier's finished backups and load-backs, as a server reads them when its pass starts."""
+        if self.host is not None:
+            self.activate()
+            self.tree_cache.check_hicache_events()
+
+    def load_back(self, req: Any) -> None:
+        """The PrefillAdder's load-back of a host hit (0.5.15 to 0.5.21): the slots the device
+        gets back extend the request's prefix, which its protected length then covers."""
+        loaded = self._init_load_back(req)
+        if loaded is None:
+            return
+        new_indices, req.last_node = loaded
+        if hasattr(req, "host_loaded_length"):  # 0.5.21 keeps how much came back
+            req.host_loaded_length = len(new_indices)
+        req.prefix_indices = torch.cat([req.prefix_indices, new_indices])
+        _set_dotted(req, self.entry.protected_len_field, len(req.prefix_indices))
+
+    def _init_load_back(self, req: Any) -> Any:
+        """``init_load_back`` for a request with a host hit (None without one, or without a host tier)."""
+        if self.host is None or not req.needs_host_load_back():
+            return None
+        self.activate()
+        params = importlib.import_module("sglang.srt.mem_cache.base_prefix_cache").InitLoadBackParams
+        return self.tree_cache.init_load_back(params(best_match_node=req.best_match_node,
+                                                     host_hit_length=req.host_hit_length, req=req))
 
     # ------------------------------------------------------------------ helpers for scenarios
 
@@ -765,11 +803,11 @@ def _radix_host_nodes(cache: Any) -> list[HostNode]:
     """HiRadixCache's nodes with host KV: a backup lists a node by its id until acknowledged, a
     load-back the last node of the path it loads."""
     loading = {id(node) for node in cache.ongoing_load_back.values()}
-    out = [(path, () if node.host_value is None else tuple(int(v) for v in node.host_value.tolist()),
-            None if node.value is None else tuple(int(v) for v in node.value.tolist()),
-            node.id in cache.ongoing_write_through, id(node) in loading)
-           for node, _, path in _walk(cache) if node.host_value is not None or id(node) in loading]
-    return sorted(out, key=lambda e: e[0])
+    out = [HostNode(path, () if node.host_value is None else tuple(int(v) for v in node.host_value.tolist()),
+                    None if node.value is None else tuple(int(v) for v in node.value.tolist()),
+                    node.id in cache.ongoing_write_through, id(node) in loading, extra)
+           for node, extra, path in _walk(cache) if node.host_value is not None or id(node) in loading]
+    return sorted(out, key=lambda e: (e.extra_key is not None, e.extra_key or "", e.path))
 
 
 def _walk(cache: Any):

@@ -166,6 +166,17 @@ class PrefixLenWorld(RealWorld):
         if tokens is not None:
             req.is_chunked = 1  # as the scheduler counts chunks (the row pool asserts a kept row is chunked)
 
+    def load_back(self, req: Any) -> None:
+        """The PrefillAdder's load-back of a host hit (0.5.22+): the prefix length grows by what
+        the device gets back, and the protected length with it where the cache owns the load."""
+        loaded = self._init_load_back(req)
+        if loaded is None:
+            return
+        req.host_loaded_length, req.last_node = loaded
+        req.prefix_len += req.host_loaded_length
+        if self.tree_cache.load_back_is_cache_owned():
+            req.kv.cache_protected_len = req.prefix_len
+
     def lock(self, req: Any) -> None:
         """The PrefillAdder's admission lock (also on a disabled cache, as SGLang calls it)."""
         self.activate()

@@ -88,11 +88,15 @@ def _where(stderr: str) -> tuple[int | None, str | None]:
 # default, 128, is past every drawn sequence).
 HARNESS_WINDOW = 8
 HARNESS_EVICTION_INTERVAL = 2
+# A host tier in the harness drive's worlds (``HostTier``'s fields): smaller than the device's pool,
+# so that the host, too, evicts; write-through, the server's default.
+HARNESS_HOST = {"ratio": 0.75, "write_policy": "write_through"}
 
 
-def model_options(model: str, geometry: Any) -> dict[str, int]:
+def model_options(model: str, geometry: Any) -> dict[str, Any]:
     """The world options of a hybrid model sized for ``geometry``: a Mamba model's state slots (the
-    fewest a server runs its rows with), a sliding-window model's window and its default window pool."""
+    fewest a server runs its rows with), a sliding-window model's window and its default window
+    pool, a host tier's ``HARNESS_HOST``."""
     from kvparity.model.traffic import MAMBA_SLOTS_PER_REQUEST, window_slots
 
     if model == "mamba":
@@ -100,6 +104,8 @@ def model_options(model: str, geometry: Any) -> dict[str, int]:
     if model == "swa":
         return {"sliding_window": HARNESS_WINDOW, "swa_eviction_interval": HARNESS_EVICTION_INTERVAL,
                 "swa_kv_slots": max(geometry.page_size, window_slots(geometry.kv_slots, geometry.page_size, None))}
+    if model == "hicache":
+        return {"host": dict(HARNESS_HOST)}
     return {}
 
 
@@ -123,14 +129,15 @@ class RealLane:
             for label, source in zip(self.labels, self.sources)
         }
         # Each release on each backend as a server builds it; then, where a release has two radix-tree
-        # cores (0.5.21+: Rust, the server's, and Python), the same on the Python core.
+        # cores (0.5.21+: Rust, the server's, and Python), the same on the Python core (a host tier's
+        # worlds are on it already: its nodes' host slots are read from there).
         self.ids = tuple(
             WorldId(label, b, source.entry.family, source.entry.version)
             for label, source in zip(self.labels, self.sources) for b in self.backends
         ) + tuple(
             WorldId(label, b, source.entry.family, source.entry.version, PYTHON_TREE)
             for label, source in zip(self.labels, self.sources) for b in self.backends
-            if tree_core_variants and len(source.entry.tree_cores) > 1
+            if tree_core_variants and len(source.entry.tree_cores) > 1 and model != "hicache"
         )
         self.names = tuple(str(world) for world in self.ids)
         self.kernels: dict[str, dict[str, str]] = {}  # world name -> which kernels it ran (0.5.22+ report them)

@@ -35,11 +35,9 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from kvparity.engine.real import RealSGLangError
+from kvparity.engine.snapshot import HostNode
 
 NodeEntry = tuple[str | None, tuple[int, ...], tuple[int, ...], int]
-# A node with host KV: its path, host slots, device slots (None: evicted from the device), and
-# whether a backup to the host or a load-back to the device lists it.
-HostNode = tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...] | None, bool, bool]
 
 _RUST_ADAPTER = "sglang.srt.mem_cache.rust_tree_core.adapter"
 # One pretty_print line: indent, "[node id]", key length, "full_lock=N", then "Full=yes|no".
@@ -136,12 +134,13 @@ def host_nodes(cache: Any) -> list[HostNode]:
     (the Python core; the Rust core lists no host values)."""
     if tree_core_kind(cache) != "python":
         raise UnifiedTreeUnsupported("a host tier's nodes are read from the Python tree core only")
-    out = [(path, () if data.host_value is None else tuple(int(v) for v in data.host_value.tolist()),
-            None if data.value is None else tuple(int(v) for v in data.value.tolist()),
-            node.write_through_pending_id is not None, node.load_back_pending_id is not None)
+    out = [HostNode(path, () if data.host_value is None else tuple(int(v) for v in data.host_value.tolist()),
+                    None if data.value is None else tuple(int(v) for v in data.value.tolist()),
+                    node.write_through_pending_id is not None, node.load_back_pending_id is not None,
+                    node.key.extra_key)
            for node, path, data in _walk(_core(cache), _components(cache)[0])
            if data.host_value is not None or node.load_back_pending_id is not None]
-    return sorted(out, key=lambda e: e[0])
+    return sorted(out, key=lambda e: (e.extra_key is not None, e.extra_key or "", e.path))
 
 
 # --------------------------------------------------------------------------- the Rust core
