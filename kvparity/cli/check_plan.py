@@ -123,8 +123,7 @@ def scheduler_spec(real: Any, caches: tuple[str, ...] | None = None, undo_change
     if real.reference is not None:
         reference = real.reference
         if not any(_both_serve(real, c) for c in caches):
-            return (f"--caches {','.join(caches)}: SGLang {reference.version} and {real.checked.version} do not both "
-                    f"serve any of them (Mamba from 0.5.3.post2, a host tier from 0.5.19)")
+            return _none_served(real, caches)
         return SchedulerSpec(PlayerSpec("real", reference.path if reference.origin == "path" else reference.version),
                              checked, caches=caches, undo_changes=undo_changes)
     version = real.checked.version
@@ -168,12 +167,18 @@ def harness_models(real: Any, caches: tuple[str, ...] | None) -> tuple[str, ...]
     if hybrid and (real is None or real.reference is None):
         return (f"--caches {','.join(caches)}: the harness drive plays a hybrid model real release against real "
                 f"release only (--sglang A --against B)")
-    return tuple(c for c in caches if _both_serve(real, c))
+    served = tuple(c for c in caches if c == "full" or _both_serve(real, c))
+    return served or _none_served(real, caches)
 
 
 def _both_serve(real: Any, cache: str) -> bool:
     """Whether kvparity drives both releases of ``real`` serving ``cache``."""
     return bool(real.reference.entry.serves(cache) and real.checked.entry.serves(cache))
+
+
+def _none_served(real: Any, caches: tuple[str, ...]) -> str:
+    return (f"--caches {','.join(caches)}: SGLang {real.reference.version} and {real.checked.version} do not both "
+            f"serve any of them (Mamba from 0.5.3.post2, a host tier from 0.5.15)")
 
 
 def check_plans(args: argparse.Namespace, real: Any, jobs: int, budget: float | None) -> list[CheckPlan] | str:

@@ -16,7 +16,9 @@ from kvparity.judge.oracles import host_nodes_consistent, host_slots_conserved
 from kvparity.judge.traffic_classes import host_classes
 from kvparity.model.canary import UNSTAMPED
 from kvparity.model.classes import TRAFFIC_HOST_DEMOTED, TRAFFIC_HOST_LOAD_BACK, TRAFFIC_STORAGE_HIT
+from kvparity.model.scenario import Decode, Evict, Extend, RequestSpec, Scenario
 from kvparity.model.traffic import Arrival, ServerConfig, TrafficScenario, traffic_geometry
+from kvparity.model.worlds import Geometry
 
 
 def test_a_lane_store_keeps_the_canary_in_the_kv_exactly():
@@ -252,3 +254,34 @@ def test_a_storage_tier_that_fails_every_call_is_recomputed_around(release_worke
     config, arrivals = failing.to_plain()
     with pytest.raises(RemoteError, match="no storage failure injector"):
         release_workers("0.5.22").call("run_traffic", config=config, arrivals=arrivals)
+
+
+def harness_load_back() -> Scenario:
+    """kvparity's own loop: ``r0`` (20 tokens) prefills and finishes (the tree keeps it, backed up
+    to the host); the tree is evicted (its KV kept on the host alone); ``r1`` (r0's prompt and 3
+    more) hits it there and loads it back before its prefill."""
+    r0 = tuple(range(100000, 100020))
+    return Scenario(Geometry(pool_rows=4, max_context_len=64, kv_slots=64, page_size=1, need_sort=False), "radix",
+                    (RequestSpec("r0", r0, max_new_tokens=64), RequestSpec("r1", r0 + (7, 8, 9), arrival=3)),
+                    (Extend(admit=("r0",)), Decode(finish=("r0",)), Evict(64), Extend(admit=("r1",))))
+
+
+@pytest.mark.parametrize("name", ["hiradix-load-back-skips-copy", "hicache-load-back-skips-copy"])
+def test_the_harness_drive_loads_a_host_hit_back_and_reads_it(tmp_path, name):
+    """With ``--caches hicache`` kvparity's loop makes a server's host-tier calls (its events as a
+    pass starts, the load-back of a host hit before the cut, the load started as the batch
+    forms), on HiRadixCache (0.5.15) and on UnifiedRadixCache's tier in the prefix-length state
+    model (0.5.23): the release restores r0's KV for r1; the copy whose load-back copies nothing
+    is caught by the canary reading what the device slots held before."""
+    from kvparity.engine.real.install import resolve
+    from kvparity.engine.real.lane import RealLane
+    from kvparity.run.runner import run_scenario
+    from kvparity.teeth.real_zoo import REAL_MUTANTS_BY_NAME, make_mutated_copy
+
+    mutant = REAL_MUTANTS_BY_NAME[name]
+    copy = make_mutated_copy(resolve(mutant.version), mutant, tmp_path / mutant.name)
+    with RealLane([mutant.against, str(copy)], ("torch",), model="hicache") as lane:
+        result = run_scenario(harness_load_back(), (("legacy", "torch"),), lane=lane, real_reference=True)
+    lines = [v.line() for v in result.violations]
+    assert lines and all(v.world == f"{name}@{mutant.version}/torch" for v in result.violations), lines
+    assert "KV canary" in lines[0] and "r1" in lines[0], lines
