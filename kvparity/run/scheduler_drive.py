@@ -246,9 +246,12 @@ class SchedulerDrive:
     def _named_change(self, played: Played) -> str | None:
         """The change between the two releases whose undoing (in the checked player) makes the
         replay of ``played``'s scenario lose its difference: decide alike for a decision, the same
-        memory (nothing of the first symptom's kind) otherwise."""
+        memory (nothing of the first symptom's kind) otherwise. A change ``--undo-changes`` undid
+        already is not tried again (its text is gone from the copy)."""
         scenario = played.scenario
         for change in changes_between(self.ref_player.release, self.checked_player.release):
+            if change in self.undone:
+                continue
             player = self.checked_player.undone([change])
             if player is None:
                 continue
