@@ -22,7 +22,7 @@ from typing import Any, Protocol
 from kvparity.engine.real import WORKER_PLUGINS
 from kvparity.engine.real.changes import Change
 from kvparity.engine.traffic_run import TrafficRun
-from kvparity.model.traffic import CACHES, TrafficScenario
+from kvparity.model.traffic import CACHES, HostOffer, TrafficScenario
 from kvparity.model.traffic_records import StopError
 from kvparity.model.worlds import MODELLED_RELEASES, WorldId
 
@@ -33,7 +33,7 @@ class TrafficPlayer(Protocol):
     loops: tuple[str, ...]  # the event loops it can play
     caches: tuple[str, ...]  # the models it can serve (``kvparity.model.traffic.CACHES``)
     paged_windows: bool  # whether a sliding-window model's pools may take a page size above 1
-    host_storage: bool  # whether its host tier may have a storage tier
+    host_offer: HostOffer  # the host tiers it serves
     world_id: WorldId
 
     def play(self, scenario: TrafficScenario) -> TrafficRun: ...
@@ -72,7 +72,7 @@ class RealTrafficPlayer:
         self.name = f"{source_label(source)} (SGLang's own scheduler)"
         self.world_id = WorldId(source_label(source), "torch", source.entry.family, source.entry.version)
         self.paged_windows = source.entry.paged_swa
-        self.host_storage = source.entry.host_storage
+        self.host_offer = source.entry.host_offer
         self.caches = tuple(c for c in CACHES if source.entry.serves(c))
         self.owns_worker = worker is None
         self.worker = RealWorker(source, plugins=WORKER_PLUGINS) if worker is None else worker
@@ -116,7 +116,7 @@ class ModelTrafficPlayer:
     loops: tuple[str, ...] = ("normal",)
     caches: tuple[str, ...] = ("full",)  # kvparity's model serves full attention only (issue 34: real against real)
     paged_windows = False
-    host_storage = False
+    host_offer = HostOffer(storage=False)  # unused: kvparity's model serves no host tier
 
     def __init__(self, version: str, options: tuple[tuple[str, str], ...] = ()) -> None:
         """``options``: ``play_traffic``'s (a change undone: ``Change.model_undo``)."""
@@ -150,7 +150,7 @@ class CachingPlayer:
     def __init__(self, player: TrafficPlayer) -> None:
         self.player = player
         self.name, self.release, self.loops, self.world_id = player.name, player.release, player.loops, player.world_id
-        self.caches, self.paged_windows, self.host_storage = player.caches, player.paged_windows, player.host_storage
+        self.caches, self.paged_windows, self.host_offer = player.caches, player.paged_windows, player.host_offer
         self.results: dict[TrafficScenario, TrafficRun] = {}
 
     def play(self, scenario: TrafficScenario) -> TrafficRun:

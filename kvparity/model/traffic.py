@@ -24,6 +24,21 @@ CACHE_NAMES = {"full": "full attention", "swa": "sliding window", "mamba": "Mamb
 DEFAULT_CACHES = ("full", "swa", "mamba")
 # The write policies of a host tier (SGLang's --hicache-write-policy).
 HICACHE_WRITE_POLICIES = ("write_through", "write_back", "write_through_selective")
+
+
+@dataclass(frozen=True)
+class HostOffer:
+    """The host tiers a release's server is driven with: a storage tier behind the host, a host
+    pool no larger than the device's (``both``: what two releases compared both take)."""
+
+    storage: bool = True
+    smaller: bool = True
+
+    def both(self, other: HostOffer) -> HostOffer:
+        return HostOffer(self.storage and other.storage, self.smaller and other.smaller)
+
+
+EVERY_HOST_TIER = HostOffer()  # what a release from 0.5.19 serves
 # A sliding-window server's window pool, as a share of its full pool (SGLang's default
 # ``--swa-full-tokens-ratio``).
 SWA_FULL_TOKENS_RATIO = 0.8

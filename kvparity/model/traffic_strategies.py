@@ -17,9 +17,11 @@ from hypothesis import strategies as st
 
 from kvparity.mem_cache.schedule_policy import POLICIES
 from kvparity.model.traffic import (
+    EVERY_HOST_TIER,
     HICACHE_WRITE_POLICIES,
     MAMBA_SLOTS_PER_REQUEST,
     Arrival,
+    HostOffer,
     ServerConfig,
     TrafficScenario,
 )
@@ -71,18 +73,18 @@ def mamba_models(draw: Any, config: ServerConfig) -> ServerConfig:
 
 
 @st.composite
-def host_tiers(draw: Any, config: ServerConfig, storage: bool = True) -> ServerConfig:
+def host_tiers(draw: Any, config: ServerConfig, offer: HostOffer = EVERY_HOST_TIER) -> ServerConfig:
     """``config`` with a host tier: a device pool small enough that the warm-up's prompts are
     evicted from it (128 slots hold any one request drawn here), a host pool smaller than the
     device's (the host evicts what the warm-up left) or larger (it keeps it), any write policy, and
-    half the time (where ``storage`` allows) the file storage tier (where what the host evicted is
-    found again); a third of
+    half the time the file storage tier (where what the host evicted is found again), each where
+    the releases' ``offer`` allows; a third of
     the time its transfers are slow (acknowledged one or two iterations late: what they list stays
     listed across iterations)."""
     return dataclasses.replace(
         config, kv_slots=128 if config.kv_slots < 256 else draw(st.sampled_from((96, 128))),
-        hicache_ratio=draw(st.sampled_from((0.75, 1.5, 2.0))),
-        hicache_write_policy=draw(st.sampled_from(HICACHE_WRITE_POLICIES)), hicache_storage=storage and draw(st.booleans()),
+        hicache_ratio=draw(st.sampled_from((0.75, 1.5, 2.0) if offer.smaller else (1.5, 2.0))),
+        hicache_write_policy=draw(st.sampled_from(HICACHE_WRITE_POLICIES)), hicache_storage=offer.storage and draw(st.booleans()),
         hicache_ack_delay=draw(st.sampled_from((0, 0, 0, 0, 1, 2))))
 
 
@@ -101,9 +103,9 @@ def _fillers(draw: Any, config: ServerConfig) -> list[tuple[Arrival, ...]]:
 
 @st.composite
 def traffic_scenarios(draw: Any, policies: tuple[str, ...] = POLICIES, cache: str = "full",
-                      window_pages: tuple[int, ...] = (1, 4), host_storage: bool = True) -> TrafficScenario:
+                      window_pages: tuple[int, ...] = (1, 4), host_offer: HostOffer = EVERY_HOST_TIER) -> TrafficScenario:
     """``cache``: the model served (``CACHES``); a sliding-window model's pools take the page sizes
-    ``window_pages``; a host tier has a storage tier only where ``host_storage`` allows."""
+    ``window_pages``; a host tier is one of those ``host_offer`` allows."""
     pressure = draw(st.sampled_from((False, True, False)))
     config = draw(server_configs(policies, pressure))
     if cache == "swa":
@@ -111,7 +113,7 @@ def traffic_scenarios(draw: Any, policies: tuple[str, ...] = POLICIES, cache: st
     elif cache == "mamba":
         config = draw(mamba_models(config))
     elif cache == "hicache":
-        config = draw(host_tiers(config, host_storage))
+        config = draw(host_tiers(config, host_offer))
     stems = [tuple(range(100_000 * (k + 1), 100_000 * (k + 1) + _STEM)) for k in range(2)]
     cached = [draw(st.sampled_from(stems))[: draw(st.integers(4, _STEM))] for _ in range(draw(st.integers(1, 3)))]
     arrivals: list[tuple[Arrival, ...]] = [(Arrival(f"c{i}", p, 1),) for i, p in enumerate(cached)]

@@ -123,8 +123,8 @@ class SchedulerDrive:
         self.caches = tuple(c for c in spec.caches if c in self.ref_player.caches and c in self.checked_player.caches)
         # A sliding-window model's pools take a page size only where both releases' do (0.5.8+).
         self.window_pages = (1, 4) if self.ref_player.paged_windows and self.checked_player.paged_windows else (1,)
-        # A host tier's storage tier only where both releases' is driven (0.5.19+).
-        self.host_storage = self.ref_player.host_storage and self.checked_player.host_storage
+        # A host tier both releases serve (a storage tier from 0.5.19; a small host pool from 0.5.15).
+        self.host_offer = self.ref_player.host_offer.both(self.checked_player.host_offer)
         self.pool = ThreadPoolExecutor(1)  # the reference plays beside the checked player (real ones are processes)
 
     def _undo_changes(self) -> tuple[Change, ...]:
@@ -160,7 +160,7 @@ class SchedulerDrive:
         loop, policy = self.loops[task.key[0]], self.spec.policies[task.key[1]]
         cache = task.key[2] if len(task.key) > 2 else "full"
         drawn = traffic_scenarios(policies=(policy,), cache=cache, window_pages=self.window_pages,
-                                  host_storage=self.host_storage)
+                                  host_offer=self.host_offer)
         return drawn.map(lambda scenario: with_loop(scenario, loop))
 
     # ---- playing and judging ----------------------------------------------------------------------

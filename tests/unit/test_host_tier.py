@@ -17,7 +17,7 @@ from kvparity.judge.traffic_classes import host_classes
 from kvparity.model.canary import UNSTAMPED
 from kvparity.model.classes import TRAFFIC_HOST_DEMOTED, TRAFFIC_HOST_LOAD_BACK, TRAFFIC_STORAGE_HIT
 from kvparity.model.scenario import Decode, Evict, Extend, RequestSpec, Scenario
-from kvparity.model.traffic import Arrival, ServerConfig, TrafficScenario, traffic_geometry
+from kvparity.model.traffic import Arrival, HostOffer, ServerConfig, TrafficScenario, traffic_geometry
 from kvparity.model.worlds import Geometry
 
 
@@ -232,7 +232,7 @@ def test_hiradix_cache_draws_and_takes_no_storage_tier(release_workers):
     from kvparity.model.traffic_strategies import traffic_scenarios
 
     with pytest.raises(NoSuchExample):
-        find(traffic_scenarios(cache="hicache", host_storage=False), lambda s: s.config.hicache_storage)
+        find(traffic_scenarios(cache="hicache", host_offer=HostOffer(storage=False)), lambda s: s.config.hicache_storage)
     assert find(traffic_scenarios(cache="hicache"), lambda s: s.config.hicache_storage).config.hicache_storage
     config, arrivals = storage_scenario().to_plain()
     with pytest.raises(RemoteError, match="HiRadixCache's storage tier"):

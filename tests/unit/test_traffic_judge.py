@@ -16,7 +16,14 @@ from kvparity.model.classes import (
     TRAFFIC_REORDERED,
     TRAFFIC_RETRACTION,
 )
-from kvparity.model.traffic import Arrival, ServerConfig, TrafficScenario, traffic_from_dict, traffic_to_dict
+from kvparity.model.traffic import (
+    Arrival,
+    HostOffer,
+    ServerConfig,
+    TrafficScenario,
+    traffic_from_dict,
+    traffic_to_dict,
+)
 from kvparity.model.traffic_records import TABLE_ONLY, WRONG_KV, Decision, InflightFinding, StopError
 from kvparity.model.worlds import WorldId
 from kvparity.run.candidates import traffic_candidates
@@ -112,7 +119,7 @@ def test_the_verdict_line_says_what_differs_under_which_policy_and_loop():
     from kvparity.run.scheduler_drive import PlayerSpec, SchedulerDrive, SchedulerSpec
     from kvparity.run.verdict import Row, Verdict
 
-    players = tuple(SimpleNamespace(name=name, loops=("normal", "overlap"), caches=("full",), paged_windows=False, host_storage=False,
+    players = tuple(SimpleNamespace(name=name, loops=("normal", "overlap"), caches=("full",), paged_windows=False, host_offer=HostOffer(),
                                     world_id=WORLD) for name in ("a", "b"))
     spec = SchedulerSpec(PlayerSpec("model", "legacy"), PlayerSpec("model", "refactored"), ("fcfs", "lpm"),
                          ("normal", "overlap"))
@@ -177,7 +184,7 @@ def test_a_difference_left_after_undo_changes_is_not_traced_to_a_change_already_
     assert undone
     tried: list = []
     players = tuple(SimpleNamespace(name=name, release=release, loops=("normal",), caches=("full",),
-                                    paged_windows=False, host_storage=False, world_id=WORLD,
+                                    paged_windows=False, host_offer=HostOffer(), world_id=WORLD,
                                     undone=lambda changes: tried.append(changes), close=lambda: None)
                     for name, release in (("a", "0.5.17"), ("b", "0.5.18")))
     drive = SchedulerDrive(SchedulerSpec(PlayerSpec("real", "0.5.17"), PlayerSpec("real", "0.5.18")), players=players)

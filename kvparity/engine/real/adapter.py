@@ -574,7 +574,7 @@ class RealWorld:
             self.tree_cache.check_hicache_events()
 
     def load_back(self, req: Any) -> None:
-        """The PrefillAdder's load-back of a host hit (0.5.15 to 0.5.21): the slots the device
+        """The PrefillAdder's load-back of a host hit (0.5.13 to 0.5.21): the slots the device
         gets back extend the request's prefix, which its protected length then covers."""
         loaded = self._init_load_back(req)
         if loaded is None:
@@ -583,6 +583,8 @@ class RealWorld:
         if hasattr(req, "host_loaded_length"):  # 0.5.21 keeps how much came back
             req.host_loaded_length = len(new_indices)
         req.prefix_indices = torch.cat([req.prefix_indices, new_indices])
+        if self.entry.admission == "fill_len":  # 0.5.13 and 0.5.14 keep the extend length on the request
+            req.set_extend_input_len(len(req.full_untruncated_fill_ids) - len(req.prefix_indices))
         _set_dotted(req, self.entry.protected_len_field, len(req.prefix_indices))
 
     def _init_load_back(self, req: Any) -> Any:

@@ -9,6 +9,7 @@ was in; the worker is restarted for the next scenario, and kvparity itself goes 
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import re
 from dataclasses import dataclass
@@ -21,6 +22,7 @@ from kvparity.engine.real.play import STEP_MARK
 from kvparity.engine.real.worker import RealWorker, RemoteError, WorkerDied, WorkerHung
 from kvparity.engine.snapshot import Snapshot, snapshot_from_plain
 from kvparity.model.scenario import Scenario, scenario_to_dict
+from kvparity.model.traffic import EVERY_HOST_TIER, HostOffer
 from kvparity.model.worlds import WorldId
 
 BACKENDS = ("triton", "torch")
@@ -89,14 +91,17 @@ def _where(stderr: str) -> tuple[int | None, str | None]:
 HARNESS_WINDOW = 8
 HARNESS_EVICTION_INTERVAL = 2
 # A host tier in the harness drive's worlds (``HostTier``'s fields): smaller than the device's pool,
-# so that the host, too, evicts; write-through, the server's default.
+# so that the host, too, evicts, where every release takes one (else HARNESS_LARGER_HOST);
+# write-through, the server's default.
 HARNESS_HOST = {"ratio": 0.75, "write_policy": "write_through"}
+HARNESS_LARGER_HOST = {"ratio": 1.5, "write_policy": "write_through"}
 
 
-def model_options(model: str, geometry: Any) -> dict[str, Any]:
+def model_options(model: str, geometry: Any, host_offer: HostOffer = EVERY_HOST_TIER) -> dict[str, Any]:
     """The world options of a hybrid model sized for ``geometry``: a Mamba model's state slots (the
     fewest a server runs its rows with), a sliding-window model's window and its default window
-    pool, a host tier's ``HARNESS_HOST``."""
+    pool, a host tier's ``HARNESS_HOST`` (``HARNESS_LARGER_HOST`` where ``host_offer`` takes no
+    smaller host pool)."""
     from kvparity.model.traffic import MAMBA_SLOTS_PER_REQUEST, window_slots
 
     if model == "mamba":
@@ -105,7 +110,7 @@ def model_options(model: str, geometry: Any) -> dict[str, Any]:
         return {"sliding_window": HARNESS_WINDOW, "swa_eviction_interval": HARNESS_EVICTION_INTERVAL,
                 "swa_kv_slots": max(geometry.page_size, window_slots(geometry.kv_slots, geometry.page_size, None))}
     if model == "hicache":
-        return {"host": dict(HARNESS_HOST)}
+        return {"host": dict(HARNESS_HOST if host_offer.smaller else HARNESS_LARGER_HOST)}
     return {}
 
 
@@ -123,6 +128,8 @@ class RealLane:
         self.backends = tuple(backends)
         self.tree_class = tree_class  # None: what a server of each release builds
         self.model = model  # the model its worlds serve (``kvparity.model.traffic.CACHES``)
+        # The host tiers every release of the lane serves (its worlds are compared with each other).
+        self.host_offer = functools.reduce(HostOffer.both, (s.entry.host_offer for s in self.sources), EVERY_HOST_TIER)
         self.labels = [source_label(s) for s in self.sources]
         self.workers = {
             label: RealWorker(source, plugins=WORKER_PLUGINS, call_timeout=timeout)
@@ -169,8 +176,8 @@ class RealLane:
             worker, name = self.workers[world.version], str(world)
             try:
                 reply = worker.call("play", backend=world.backend, scenario=data, stop_before=stop_before,
-                                    options=world_options(world, self.tree_class) | model_options(self.model,
-                                                                                                  scenario.geometry))
+                                    options=world_options(world, self.tree_class)
+                                    | model_options(self.model, scenario.geometry, self.host_offer))
             except (WorkerDied, WorkerHung) as exc:
                 step, operation = _where(getattr(exc, "stderr_tail", "") or worker.last_stderr)
                 kind = "died" if isinstance(exc, WorkerDied) else "hung"

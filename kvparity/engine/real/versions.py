@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from packaging.version import InvalidVersion, Version
 
 from kvparity.engine.real import RealSGLangError
+from kvparity.model.traffic import HostOffer
 
 # Qualified names ("module:attribute" or "module:Class.method") of where things live.
 _SB = "sglang.srt.managers.schedule_batch"
@@ -159,11 +160,13 @@ class VersionEntry:
     # before, a sliding-window model's pools are page size 1 only.
     paged_swa: bool = False
     # The host tier a server attaches with --enable-hierarchical-cache, where kvparity drives it
-    # (issue 35): "hiradix" (0.5.15 to 0.5.18: HiRadixCache, a radix tree with its own host tier)
+    # (issue 35): "hiradix" (0.5.13 to 0.5.18: HiRadixCache, a radix tree with its own host tier)
     # or "unified" (0.5.19+: UnifiedRadixCache.init_hicache, the plain model's tree). None: not
-    # driven (0.5.13 and 0.5.14 refuse a host pool no larger than the device's, which the strategy
-    # draws to make the host evict; before 0.5.13 the host pool imports sgl_kernel's copies).
+    # driven (before 0.5.13 the host pool imports sgl_kernel's copies unconditionally).
     host_tier: str | None = None
+    # Whether its host pool refuses to be no larger than the device's (0.5.13 and 0.5.14: "The
+    # host memory should be larger than the device memory with the current protocol").
+    host_pool_larger: bool = False
 
     @property
     def serves_mamba(self) -> bool:
@@ -171,9 +174,10 @@ class VersionEntry:
         return self.mamba_tree is not None or self.hybrid_tree == "unified"
 
     @property
-    def host_storage(self) -> bool:
-        """Whether kvparity drives its host tier's storage tier (UnifiedRadixCache's, 0.5.19+)."""
-        return self.host_tier == "unified"
+    def host_offer(self) -> HostOffer:
+        """The host tiers kvparity drives it with: a storage tier on UnifiedRadixCache's (0.5.19+;
+        HiRadixCache's is not driven), a host pool smaller than the device's where it takes one."""
+        return HostOffer(storage=self.host_tier == "unified", smaller=not self.host_pool_larger)
 
     def serves(self, cache: str) -> bool:
         """Whether kvparity drives this release serving ``cache`` (a name of ``traffic.CACHES``)."""
@@ -266,12 +270,12 @@ CHANGES: tuple[tuple[str, dict[str, object]], ...] = (
     ("0.5.12", dict()),
     ("0.5.12.post1", dict()),
     ("0.5.13", dict(
-        input_ids_type="array", admission="fill_len",
+        input_ids_type="array", admission="fill_len", host_tier="hiradix", host_pool_larger=True,
         swa_allocator="sglang.srt.mem_cache.allocator.swa:SWATokenToKVPoolAllocator",
     )),
     ("0.5.13.post1", dict()),
     ("0.5.14", dict()),
-    ("0.5.15", dict(admission="extend_range", host_tier="hiradix")),
+    ("0.5.15", dict(admission="extend_range", host_pool_larger=False)),
     ("0.5.15.post1", dict()),
     ("0.5.16", dict(
         hybrid_tree="unified",
