@@ -574,7 +574,7 @@ class RealWorld:
             self.tree_cache.check_hicache_events()
 
     def load_back(self, req: Any) -> None:
-        """The PrefillAdder's load-back of a host hit (0.5.13 to 0.5.21): the slots the device
+        """The PrefillAdder's load-back of a host hit (0.5.10 to 0.5.21): the slots the device
         gets back extend the request's prefix, which its protected length then covers."""
         loaded = self._init_load_back(req)
         if loaded is None:
@@ -583,18 +583,21 @@ class RealWorld:
         if hasattr(req, "host_loaded_length"):  # 0.5.21 keeps how much came back
             req.host_loaded_length = len(new_indices)
         req.prefix_indices = torch.cat([req.prefix_indices, new_indices])
-        if self.entry.admission == "fill_len":  # 0.5.13 and 0.5.14 keep the extend length on the request
-            req.set_extend_input_len(len(req.full_untruncated_fill_ids) - len(req.prefix_indices))
+        if self.entry.admission != "extend_range":  # up to 0.5.14 the extend length is the request's own
+            whole = req.full_untruncated_fill_ids if self.entry.admission == "fill_len" else req.fill_ids
+            req.set_extend_input_len(len(whole) - len(req.prefix_indices))
         _set_dotted(req, self.entry.protected_len_field, len(req.prefix_indices))
 
     def _init_load_back(self, req: Any) -> Any:
         """``init_load_back`` for a request with a host hit (None without one, or without a host tier)."""
-        if self.host is None or not req.needs_host_load_back():
+        if self.host is None or req.host_hit_length <= 0:  # a full-attention host hit
             return None
         self.activate()
         params = importlib.import_module("sglang.srt.mem_cache.base_prefix_cache").InitLoadBackParams
-        return self.tree_cache.init_load_back(params(best_match_node=req.best_match_node,
-                                                     host_hit_length=req.host_hit_length, req=req))
+        # The node the hit ends at: ``best_match_node`` (0.5.12+), ``last_host_node`` before.
+        node = "best_match_node" if "best_match_node" in {f.name for f in dataclasses.fields(params)} else "last_host_node"
+        return self.tree_cache.init_load_back(params(**{node: getattr(req, node)}, host_hit_length=req.host_hit_length,
+                                                     req=req))
 
     # ------------------------------------------------------------------ helpers for scenarios
 

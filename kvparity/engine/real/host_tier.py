@@ -133,6 +133,49 @@ def install_cpu_copies() -> None:
     setattr(_first_with(_MHA_POOLS, "MHATokenToKVPoolHost"), "transfer_kv_direct", _transfer_kv_direct)  # noqa: B010
 
 
+# What 0.5.10 to 0.5.12's host pool module imports from ``sgl_kernel.kvcacheio`` whatever the device.
+_KVCACHEIO_NAMES = (
+    "transfer_kv_all_layer", "transfer_kv_all_layer_direct_lf_pf", "transfer_kv_all_layer_lf_pf",
+    "transfer_kv_all_layer_lf_ph", "transfer_kv_all_layer_mla", "transfer_kv_all_layer_mla_lf_pf",
+    "transfer_kv_direct", "transfer_kv_per_layer", "transfer_kv_per_layer_direct_pf_lf",
+    "transfer_kv_per_layer_mla", "transfer_kv_per_layer_mla_pf_lf", "transfer_kv_per_layer_pf_lf",
+    "transfer_kv_per_layer_ph_lf",
+)
+# What that module imports besides it (imported first, so that none of them sees the stand-in).
+_HOST_POOL_DEPENDENCIES = ("sglang.jit_kernel.hicache", "sglang.srt.mem_cache.memory_pool", "sglang.srt.utils")
+HOST_POOL = "sglang.srt.mem_cache.memory_pool_host"
+
+
+def import_host_pool_with_copies() -> None:
+    """Import a host pool module that imports ``sgl_kernel.kvcacheio`` unconditionally (0.5.10 to
+    0.5.12), with a stand-in ``sgl_kernel.kvcacheio`` present for that one import only: its copy
+    is ``_transfer_kv_direct``, every other name raises when called. ``sgl_kernel`` stays absent
+    for every other module (SGLang chooses its CPU fallbacks by its absence)."""
+    import sys
+    import types
+
+    for module in _HOST_POOL_DEPENDENCIES:
+        importlib.import_module(module)
+    if "sgl_kernel" in sys.modules:
+        raise RealSGLangError("sgl_kernel is imported: the host pool's copies would not be kvparity's")
+    package, copies = types.ModuleType("sgl_kernel"), types.ModuleType("sgl_kernel.kvcacheio")
+    package.__path__ = []
+    for name in _KVCACHEIO_NAMES:
+        setattr(copies, name, _transfer_kv_direct if name == "transfer_kv_direct" else _unused_copy(name))
+    sys.modules.update({"sgl_kernel": package, "sgl_kernel.kvcacheio": copies})
+    try:
+        importlib.import_module(HOST_POOL)
+    finally:
+        del sys.modules["sgl_kernel"], sys.modules["sgl_kernel.kvcacheio"]
+
+
+def _unused_copy(name: str) -> Any:
+    def copy(*args: Any, **kwargs: Any) -> None:
+        raise RealSGLangError(f"sgl_kernel.kvcacheio.{name}: kvparity copies with io backend 'direct' only")
+
+    return copy
+
+
 def _first_with(modules: tuple[str, ...], name: str) -> Any:
     """The first of ``modules`` this release has that defines ``name``."""
     for module in modules:

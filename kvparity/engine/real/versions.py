@@ -160,13 +160,16 @@ class VersionEntry:
     # before, a sliding-window model's pools are page size 1 only.
     paged_swa: bool = False
     # The host tier a server attaches with --enable-hierarchical-cache, where kvparity drives it
-    # (issue 35): "hiradix" (0.5.13 to 0.5.18: HiRadixCache, a radix tree with its own host tier)
+    # (issue 35): "hiradix" (0.5.10 to 0.5.18: HiRadixCache, a radix tree with its own host tier)
     # or "unified" (0.5.19+: UnifiedRadixCache.init_hicache, the plain model's tree). None: not
-    # driven (before 0.5.13 the host pool imports sgl_kernel's copies unconditionally).
+    # driven (before 0.5.10 the adder loads back with another call, not written for the harness).
     host_tier: str | None = None
-    # Whether its host pool refuses to be no larger than the device's (0.5.13 and 0.5.14: "The
+    # Whether its host pool refuses to be no larger than the device's (0.5.9 to 0.5.14: "The
     # host memory should be larger than the device memory with the current protocol").
     host_pool_larger: bool = False
+    # Whether its host pool module imports sgl_kernel.kvcacheio whatever the device (up to 0.5.12):
+    # imported with a stand-in for that one import (``host_tier.import_host_pool_with_copies``).
+    host_pool_imports_kvcacheio: bool = False
 
     @property
     def serves_mamba(self) -> bool:
@@ -264,13 +267,14 @@ CHANGES: tuple[tuple[str, dict[str, object]], ...] = (
         init_new_params=_INIT_NEW + ("dllm_config",), admission="setter", stash_frees_row=False,
         evict_params="sglang.srt.mem_cache.base_prefix_cache:EvictParams",
     )),
-    ("0.5.10", dict(mamba_refusal_frees=True)),
+    ("0.5.10", dict(mamba_refusal_frees=True, host_tier="hiradix", host_pool_larger=True,
+                    host_pool_imports_kvcacheio=True)),
     ("0.5.10.post1", dict()),
     ("0.5.11", dict(component_types="sglang.srt.mem_cache.unified_cache_components:ComponentType")),
     ("0.5.12", dict()),
     ("0.5.12.post1", dict()),
     ("0.5.13", dict(
-        input_ids_type="array", admission="fill_len", host_tier="hiradix", host_pool_larger=True,
+        input_ids_type="array", admission="fill_len", host_pool_imports_kvcacheio=False,
         swa_allocator="sglang.srt.mem_cache.allocator.swa:SWATokenToKVPoolAllocator",
     )),
     ("0.5.13.post1", dict()),

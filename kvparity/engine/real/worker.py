@@ -548,6 +548,10 @@ def _startup(args: argparse.Namespace, ctx: Context) -> None:
     sys.path.insert(0, folder)
     # A release whose host tier kvparity drives needs its real host pools (importable on a CPU).
     ctx.standins = standins.install(standins.table(host_pools=entry.host_tier is not None))
+    if entry.host_pool_imports_kvcacheio:
+        from kvparity.engine.real.host_tier import import_host_pool_with_copies
+
+        import_host_pool_with_copies()
     t0 = time.perf_counter()
     where = (
         entry.write_cache_indices or "", entry.get_last_loc, entry.alloc_extend_caller, entry.globals_target,
