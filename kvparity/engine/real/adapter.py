@@ -464,7 +464,7 @@ class RealWorld:
             return mamba_tree(self.entry, fields, sg.CacheInitParams, unified)
         if self.tree_class == "unified":
             return self._unified_radix_cache(fields)
-        if self.host is not None:  # HiRadixCache: the radix tree with its host tier (0.5.15 to 0.5.18)
+        if self.host is not None:  # HiRadixCache: the radix tree with its host tier (0.5.6 to 0.5.18)
             return hiradix_cache(sg.CacheInitParams(disable=False, **fields), self.server_args, self.host)
         cls = sg.RadixCache if self.cache_kind == "radix" else sg.ChunkCache
         if cls is None:
@@ -574,7 +574,7 @@ class RealWorld:
             self.tree_cache.check_hicache_events()
 
     def load_back(self, req: Any) -> None:
-        """The PrefillAdder's load-back of a host hit (0.5.10 to 0.5.21): the slots the device
+        """The PrefillAdder's load-back of a host hit (0.5.6 to 0.5.21): the slots the device
         gets back extend the request's prefix, which its protected length then covers."""
         loaded = self._init_load_back(req)
         if loaded is None:
@@ -593,7 +593,9 @@ class RealWorld:
         if self.host is None or req.host_hit_length <= 0:  # a full-attention host hit
             return None
         self.activate()
-        params = importlib.import_module("sglang.srt.mem_cache.base_prefix_cache").InitLoadBackParams
+        params = getattr(importlib.import_module("sglang.srt.mem_cache.base_prefix_cache"), "InitLoadBackParams", None)
+        if params is None:  # up to 0.5.9: the node the hit ends at and the hit's length
+            return self.tree_cache.init_load_back(req.last_host_node, req.host_hit_length)
         # The node the hit ends at: ``best_match_node`` (0.5.12+), ``last_host_node`` before.
         node = "best_match_node" if "best_match_node" in {f.name for f in dataclasses.fields(params)} else "last_host_node"
         return self.tree_cache.init_load_back(params(**{node: getattr(req, node)}, host_hit_length=req.host_hit_length,

@@ -1,6 +1,6 @@
 """A HiCache world's host tier (issue 35): ``--enable-hierarchical-cache`` keeps KV the device
 evicts in a host pool, and loads it back on a prefix hit. Driven as a server of the release builds
-it (``VersionEntry.host_tier``): ``HiRadixCache``, a radix tree with its own host tier (0.5.15 to
+it (``VersionEntry.host_tier``): ``HiRadixCache``, a radix tree with its own host tier (0.5.6 to
 0.5.18, ``hiradix_cache``), or ``UnifiedRadixCache.init_hicache`` (0.5.19+, ``attach``).
 
 What a CPU lacks, and what stands in for it (all kvparity's, installed on the release's modules):
@@ -128,12 +128,16 @@ def _unpinned(dims: Any, dtype: Any, device: Any, pin_memory: Any, allocator: An
 
 def install_cpu_copies() -> None:
     """Put the stand-ins into the imported release (idempotent; before its tree builds a host pool)."""
-    _first_with(_ALLOC_TABLES, "ALLOC_MEMORY_FUNCS").ALLOC_MEMORY_FUNCS["cpu"] = _unpinned
+    pools = _first_with(_MHA_POOLS, "MHATokenToKVPoolHost")
+    if "SUPPORT_PIN_MEMORY" in vars(pools) and "ALLOC_MEMORY_FUNCS" not in vars(pools):
+        pools.SUPPORT_PIN_MEMORY = False  # 0.5.6 registers a pinned buffer with CUDA itself: none
+    else:
+        _first_with(_ALLOC_TABLES, "ALLOC_MEMORY_FUNCS").ALLOC_MEMORY_FUNCS["cpu"] = _unpinned
     # ``transfer_kv_direct`` is bound in the module defining the pool, on CUDA only.
-    setattr(_first_with(_MHA_POOLS, "MHATokenToKVPoolHost"), "transfer_kv_direct", _transfer_kv_direct)  # noqa: B010
+    setattr(pools, "transfer_kv_direct", _transfer_kv_direct)  # noqa: B010
 
 
-# What 0.5.10 to 0.5.12's host pool module imports from ``sgl_kernel.kvcacheio`` whatever the device.
+# What 0.5.6 to 0.5.12's host pool module imports from ``sgl_kernel.kvcacheio`` whatever the device.
 _KVCACHEIO_NAMES = (
     "transfer_kv_all_layer", "transfer_kv_all_layer_direct_lf_pf", "transfer_kv_all_layer_lf_pf",
     "transfer_kv_all_layer_lf_ph", "transfer_kv_all_layer_mla", "transfer_kv_all_layer_mla_lf_pf",
@@ -147,7 +151,7 @@ HOST_POOL = "sglang.srt.mem_cache.memory_pool_host"
 
 
 def import_host_pool_with_copies() -> None:
-    """Import a host pool module that imports ``sgl_kernel.kvcacheio`` unconditionally (0.5.10 to
+    """Import a host pool module that imports ``sgl_kernel.kvcacheio`` unconditionally (0.5.6 to
     0.5.12), with a stand-in ``sgl_kernel.kvcacheio`` present for that one import only: its copy
     is ``_transfer_kv_direct``, every other name raises when called. ``sgl_kernel`` stays absent
     for every other module (SGLang chooses its CPU fallbacks by its absence)."""
@@ -198,9 +202,9 @@ def attach(tree: Any, server_args: Any, params: Any, tier: HostTier) -> Any:
 
 
 def hiradix_cache(params: Any, server_args: Any, tier: HostTier) -> Any:
-    """The HiRadixCache a server of 0.5.15 to 0.5.18 builds for ``tier`` (as ``server_args`` name it)."""
+    """The HiRadixCache a server of 0.5.6 to 0.5.18 builds for ``tier`` (as ``server_args`` name it)."""
     if tier.storage:
-        raise RealSGLangError("hicache_storage: HiRadixCache's storage tier (0.5.15 to 0.5.18) is not driven yet")
+        raise RealSGLangError("hicache_storage: HiRadixCache's storage tier (0.5.6 to 0.5.18) is not driven yet")
     install_cpu_copies()
     with _one_rank():
         tree = _lookup_hiradix()(params=params, server_args=server_args)

@@ -160,14 +160,14 @@ class VersionEntry:
     # before, a sliding-window model's pools are page size 1 only.
     paged_swa: bool = False
     # The host tier a server attaches with --enable-hierarchical-cache, where kvparity drives it
-    # (issue 35): "hiradix" (0.5.10 to 0.5.18: HiRadixCache, a radix tree with its own host tier)
+    # (issue 35): "hiradix" (0.5.6 to 0.5.18: HiRadixCache, a radix tree with its own host tier)
     # or "unified" (0.5.19+: UnifiedRadixCache.init_hicache, the plain model's tree). None: not
-    # driven (before 0.5.10 the adder loads back with another call, not written for the harness).
+    # driven (before 0.5.6 HiRadixCache is built from separate arguments, not CacheInitParams).
     host_tier: str | None = None
-    # Whether its host pool refuses to be no larger than the device's (0.5.9 to 0.5.14: "The
+    # Whether its host pool refuses to be no larger than the device's (0.5.6 to 0.5.14: "The
     # host memory should be larger than the device memory with the current protocol").
     host_pool_larger: bool = False
-    # Whether its host pool module imports sgl_kernel.kvcacheio whatever the device (up to 0.5.12):
+    # Whether its host pool module imports sgl_kernel.kvcacheio whatever the device (0.5.6 to 0.5.12):
     # imported with a stand-in for that one import (``host_tier.import_host_pool_with_copies``).
     host_pool_imports_kvcacheio: bool = False
 
@@ -253,6 +253,7 @@ CHANGES: tuple[tuple[str, dict[str, object]], ...] = (
         init_new_params=_INIT_NEW + ("dllm_config",),
         cache_init_params="sglang.srt.mem_cache.cache_init_params:CacheInitParams",
         protected_len_field="cache_protected_len",
+        host_tier="hiradix", host_pool_larger=True, host_pool_imports_kvcacheio=True,
     )),
     ("0.5.6.post1", dict()),
     ("0.5.6.post2", dict()),
@@ -267,8 +268,7 @@ CHANGES: tuple[tuple[str, dict[str, object]], ...] = (
         init_new_params=_INIT_NEW + ("dllm_config",), admission="setter", stash_frees_row=False,
         evict_params="sglang.srt.mem_cache.base_prefix_cache:EvictParams",
     )),
-    ("0.5.10", dict(mamba_refusal_frees=True, host_tier="hiradix", host_pool_larger=True,
-                    host_pool_imports_kvcacheio=True)),
+    ("0.5.10", dict(mamba_refusal_frees=True)),
     ("0.5.10.post1", dict()),
     ("0.5.11", dict(component_types="sglang.srt.mem_cache.unified_cache_components:ComponentType")),
     ("0.5.12", dict()),
