@@ -121,8 +121,12 @@ def _transfer_kv_direct(src_layers: list[torch.Tensor], dst_layers: list[torch.T
         d[dst.to(d.device)] = s[src.to(s.device)].to(d.dtype)
 
 
-def _unpinned(dims: Any, dtype: Any, device: Any, pin_memory: Any, allocator: Any, *args: Any, **kwargs: Any) -> Any:
-    """The host buffer from the host pool's own allocator, never registered with CUDA."""
+def _unpinned(dims: Any, dtype: Any, device: Any, pin_memory: Any, allocator: Any = None, *args: Any,
+              **kwargs: Any) -> Any:
+    """The host buffer from the host pool's own allocator (0.5.7+; before, a plain tensor), never
+    registered with CUDA."""
+    if allocator is None:
+        return torch.empty(dims, dtype=dtype, device=device)
     return allocator.allocate(dims, dtype=dtype, device=device)
 
 
