@@ -464,8 +464,8 @@ class RealWorld:
             return mamba_tree(self.entry, fields, sg.CacheInitParams, unified)
         if self.tree_class == "unified":
             return self._unified_radix_cache(fields)
-        if self.host is not None:  # HiRadixCache: the radix tree with its host tier (0.5.6 to 0.5.18)
-            return hiradix_cache(sg.CacheInitParams(disable=False, **fields), self.server_args, self.host)
+        if self.host is not None:  # HiRadixCache: the radix tree with its host tier (0.5.5.post3 to 0.5.18)
+            return hiradix_cache(fields, sg.CacheInitParams, self.server_args, self.host)
         cls = sg.RadixCache if self.cache_kind == "radix" else sg.ChunkCache
         if cls is None:
             raise RealSGLangError(f"SGLang {self.entry.version} has no ChunkCache (cache kind 'chunk'): its chunk "
@@ -574,7 +574,7 @@ class RealWorld:
             self.tree_cache.check_hicache_events()
 
     def load_back(self, req: Any) -> None:
-        """The PrefillAdder's load-back of a host hit (0.5.6 to 0.5.21): the slots the device
+        """The PrefillAdder's load-back of a host hit (0.5.5.post3 to 0.5.21): the slots the device
         gets back extend the request's prefix, which its protected length then covers."""
         loaded = self._init_load_back(req)
         if loaded is None:
@@ -583,9 +583,12 @@ class RealWorld:
         if hasattr(req, "host_loaded_length"):  # 0.5.21 keeps how much came back
             req.host_loaded_length = len(new_indices)
         req.prefix_indices = torch.cat([req.prefix_indices, new_indices])
-        if self.entry.admission != "extend_range":  # up to 0.5.14 the extend length is the request's own
-            whole = req.full_untruncated_fill_ids if self.entry.admission == "fill_len" else req.fill_ids
+        style = self.entry.admission  # up to 0.5.14 the extend length is the request's own
+        if style in ("fill_len", "setter"):
+            whole = req.full_untruncated_fill_ids if style == "fill_len" else req.fill_ids
             req.set_extend_input_len(len(whole) - len(req.prefix_indices))
+        elif style == "assign":
+            req.extend_input_len = len(req.fill_ids) - len(req.prefix_indices)
         _set_dotted(req, self.entry.protected_len_field, len(req.prefix_indices))
 
     def _init_load_back(self, req: Any) -> Any:

@@ -1,6 +1,6 @@
 """A HiCache world's host tier (issue 35): ``--enable-hierarchical-cache`` keeps KV the device
 evicts in a host pool, and loads it back on a prefix hit. Driven as a server of the release builds
-it (``VersionEntry.host_tier``): ``HiRadixCache``, a radix tree with its own host tier (0.5.6 to
+it (``VersionEntry.host_tier``): ``HiRadixCache``, a radix tree with its own host tier (0.5.5.post3 to
 0.5.18, ``hiradix_cache``), or ``UnifiedRadixCache.init_hicache`` (0.5.19+, ``attach``).
 
 What a CPU lacks, and what stands in for it (all kvparity's, installed on the release's modules):
@@ -43,6 +43,8 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import importlib
+import importlib.util
+import inspect
 import os
 import queue
 import random
@@ -133,15 +135,17 @@ def _unpinned(dims: Any, dtype: Any, device: Any, pin_memory: Any, allocator: An
 def install_cpu_copies() -> None:
     """Put the stand-ins into the imported release (idempotent; before its tree builds a host pool)."""
     pools = _first_with(_MHA_POOLS, "MHATokenToKVPoolHost")
-    if "SUPPORT_PIN_MEMORY" in vars(pools) and "ALLOC_MEMORY_FUNCS" not in vars(pools):
-        pools.SUPPORT_PIN_MEMORY = False  # 0.5.6 registers a pinned buffer with CUDA itself: none
-    else:
+    if any(_exists(m) and "ALLOC_MEMORY_FUNCS" in vars(importlib.import_module(m)) for m in _ALLOC_TABLES):
         _first_with(_ALLOC_TABLES, "ALLOC_MEMORY_FUNCS").ALLOC_MEMORY_FUNCS["cpu"] = _unpinned
+    elif "SUPPORT_PIN_MEMORY" in vars(pools):
+        pools.SUPPORT_PIN_MEMORY = False  # 0.5.6 registers a pinned buffer with CUDA itself: none
+    else:  # 0.5.5.post3 asks torch for a pinned buffer, which a CPU build has none of
+        _unpinned_by_default(pools.MHATokenToKVPoolHost)
     # ``transfer_kv_direct`` is bound in the module defining the pool, on CUDA only.
     setattr(pools, "transfer_kv_direct", _transfer_kv_direct)  # noqa: B010
 
 
-# What 0.5.6 to 0.5.12's host pool module imports from ``sgl_kernel.kvcacheio`` whatever the device.
+# What 0.5.5.post3 to 0.5.12's host pool module imports from ``sgl_kernel.kvcacheio`` whatever the device.
 _KVCACHEIO_NAMES = (
     "transfer_kv_all_layer", "transfer_kv_all_layer_direct_lf_pf", "transfer_kv_all_layer_lf_pf",
     "transfer_kv_all_layer_lf_ph", "transfer_kv_all_layer_mla", "transfer_kv_all_layer_mla_lf_pf",
@@ -155,7 +159,7 @@ HOST_POOL = "sglang.srt.mem_cache.memory_pool_host"
 
 
 def import_host_pool_with_copies() -> None:
-    """Import a host pool module that imports ``sgl_kernel.kvcacheio`` unconditionally (0.5.6 to
+    """Import a host pool module that imports ``sgl_kernel.kvcacheio`` unconditionally (0.5.5.post3 to
     0.5.12), with a stand-in ``sgl_kernel.kvcacheio`` present for that one import only: its copy
     is ``_transfer_kv_direct``, every other name raises when called. ``sgl_kernel`` stays absent
     for every other module (SGLang chooses its CPU fallbacks by its absence)."""
@@ -163,7 +167,8 @@ def import_host_pool_with_copies() -> None:
     import types
 
     for module in _HOST_POOL_DEPENDENCIES:
-        importlib.import_module(module)
+        if _exists(module):  # sglang.jit_kernel from 0.5.6
+            importlib.import_module(module)
     if "sgl_kernel" in sys.modules:
         raise RealSGLangError("sgl_kernel is imported: the host pool's copies would not be kvparity's")
     package, copies = types.ModuleType("sgl_kernel"), types.ModuleType("sgl_kernel.kvcacheio")
@@ -177,11 +182,27 @@ def import_host_pool_with_copies() -> None:
         del sys.modules["sgl_kernel"], sys.modules["sgl_kernel.kvcacheio"]
 
 
+def _exists(module: str) -> bool:
+    try:
+        return importlib.util.find_spec(module) is not None
+    except ImportError:  # its package is absent
+        return False
+
+
 def _unused_copy(name: str) -> Any:
     def copy(*args: Any, **kwargs: Any) -> None:
         raise RealSGLangError(f"sgl_kernel.kvcacheio.{name}: kvparity copies with io backend 'direct' only")
 
     return copy
+
+
+def _unpinned_by_default(pool_class: Any) -> None:
+    """The pool's ``pin_memory`` argument defaulting to False (HiRadixCache passes none)."""
+    init = pool_class.__init__
+    names = [p.name for p in inspect.signature(init).parameters.values() if p.default is not inspect.Parameter.empty]
+    defaults = list(init.__defaults__)
+    defaults[names.index("pin_memory")] = False
+    init.__defaults__ = tuple(defaults)
 
 
 def _first_with(modules: tuple[str, ...], name: str) -> Any:
@@ -205,15 +226,31 @@ def attach(tree: Any, server_args: Any, params: Any, tier: HostTier) -> Any:
     return _driven(tree, tier)
 
 
-def hiradix_cache(params: Any, server_args: Any, tier: HostTier) -> Any:
-    """The HiRadixCache a server of 0.5.6 to 0.5.18 builds for ``tier`` (as ``server_args`` name it)."""
+def hiradix_cache(fields: dict[str, Any], params_class: Any, server_args: Any, tier: HostTier) -> Any:
+    """The HiRadixCache a server of 0.5.5.post3 to 0.5.18 builds for ``tier`` (as ``server_args`` name
+    it), of the tree's ``fields``: from a ``params_class`` (0.5.6+) or, before (0.5.5.post3), keyword by keyword
+    as the scheduler passes them (one rank: no process group)."""
     if tier.storage:
-        raise RealSGLangError("hicache_storage: HiRadixCache's storage tier (0.5.6 to 0.5.18) is not driven yet")
+        raise RealSGLangError("hicache_storage: HiRadixCache's storage tier (0.5.5.post3 to 0.5.18) is not driven yet")
     install_cpu_copies()
+    cls = _lookup_hiradix()
     with _one_rank():
-        tree = _lookup_hiradix()(params=params, server_args=server_args)
+        if params_class is not None:
+            tree = cls(params=params_class(disable=False, **fields), server_args=server_args)
+        else:
+            offered = dict(fields, tp_cache_group=None, enable_metrics=False, is_eagle=False,
+                           **{name: getattr(server_args, name) for name in _SERVER_FIELDS},
+                           model_name=server_args.served_model_name,
+                           storage_backend_extra_config=server_args.hicache_storage_backend_extra_config)
+            declared = inspect.signature(cls).parameters
+            tree = cls(**{k: v for k, v in offered.items() if k in declared})
     _driven(tree, tier)
     return tree
+
+
+# The server arguments 0.5.5.post3's scheduler hands HiRadixCache under their own names.
+_SERVER_FIELDS = ("hicache_ratio", "hicache_size", "hicache_write_policy", "hicache_io_backend", "hicache_mem_layout",
+                  "hicache_storage_backend", "hicache_storage_prefetch_policy")
 
 
 def _lookup_hiradix() -> Any:
