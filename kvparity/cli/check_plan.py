@@ -178,7 +178,7 @@ def _both_serve(real: Any, cache: str) -> bool:
 
 def _none_served(real: Any, caches: tuple[str, ...]) -> str:
     return (f"--caches {','.join(caches)}: SGLang {real.reference.version} and {real.checked.version} do not both "
-            f"serve any of them (Mamba from 0.5.3.post2, a host tier from 0.5.5.post3)")
+            f"serve any of them (Mamba from 0.5.3.post2)")
 
 
 def check_plans(args: argparse.Namespace, real: Any, jobs: int, budget: float | None) -> list[CheckPlan] | str:

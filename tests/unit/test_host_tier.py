@@ -122,9 +122,9 @@ def _played(release_workers, release, scenario):
     return run
 
 
-@pytest.mark.parametrize("release", ["0.5.5.post3", "0.5.6", "0.5.15", "0.5.23"])
+@pytest.mark.parametrize("release", ["0.5.3", "0.5.6", "0.5.15", "0.5.23"])
 def test_a_prefix_the_device_evicted_is_loaded_back_from_the_host(release_workers, release):
-    """The same on HiRadixCache (0.5.5.post3, 0.5.6, 0.5.15: a radix tree with a host tier of its own) and
+    """The same on HiRadixCache (0.5.3, 0.5.6, 0.5.15: a radix tree with a host tier of its own) and
     on UnifiedRadixCache's host tier (0.5.19+: 0.5.23)."""
     run = _played(release_workers, release, load_back_scenario())
     hits = {rid: hit for rec in run.decisions if rec.mode == "EXTEND" for rid, hit in zip(rec.rids, rec.prefix_lens)}
@@ -223,7 +223,7 @@ def test_a_host_tier_mutant_of_a_release_is_caught(mutant_judged, name, scenario
 
 
 def test_a_host_pool_importing_sgl_kernel_gets_a_stand_in_for_that_import_only(release_workers):
-    """0.5.5.post3 to 0.5.12's host pool module imports ``sgl_kernel.kvcacheio`` on every device: it is
+    """0.5.3 to 0.5.12's host pool module imports ``sgl_kernel.kvcacheio`` on every device: it is
     imported with a stand-in of kvparity's there, and ``sgl_kernel`` stays absent for the rest of
     SGLang, which chooses its CPU fallbacks by that absence."""
     assert "sgl_kernel" in release_workers("0.5.12").call("hello")["absent"]

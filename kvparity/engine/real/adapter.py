@@ -464,7 +464,7 @@ class RealWorld:
             return mamba_tree(self.entry, fields, sg.CacheInitParams, unified)
         if self.tree_class == "unified":
             return self._unified_radix_cache(fields)
-        if self.host is not None:  # HiRadixCache: the radix tree with its host tier (0.5.5.post3 to 0.5.18)
+        if self.host is not None:  # HiRadixCache: the radix tree with its host tier (0.5.3 to 0.5.18)
             return hiradix_cache(fields, sg.CacheInitParams, self.server_args, self.host)
         cls = sg.RadixCache if self.cache_kind == "radix" else sg.ChunkCache
         if cls is None:
@@ -574,7 +574,7 @@ class RealWorld:
             self.tree_cache.check_hicache_events()
 
     def load_back(self, req: Any) -> None:
-        """The PrefillAdder's load-back of a host hit (0.5.5.post3 to 0.5.21): the slots the device
+        """The PrefillAdder's load-back of a host hit (0.5.3 to 0.5.21): the slots the device
         gets back extend the request's prefix, which its protected length then covers."""
         loaded = self._init_load_back(req)
         if loaded is None:

@@ -1,6 +1,6 @@
 """A HiCache world's host tier (issue 35): ``--enable-hierarchical-cache`` keeps KV the device
 evicts in a host pool, and loads it back on a prefix hit. Driven as a server of the release builds
-it (``VersionEntry.host_tier``): ``HiRadixCache``, a radix tree with its own host tier (0.5.5.post3 to
+it (``VersionEntry.host_tier``): ``HiRadixCache``, a radix tree with its own host tier (0.5.3 to
 0.5.18, ``hiradix_cache``), or ``UnifiedRadixCache.init_hicache`` (0.5.19+, ``attach``).
 
 What a CPU lacks, and what stands in for it (all kvparity's, installed on the release's modules):
@@ -139,13 +139,13 @@ def install_cpu_copies() -> None:
         _first_with(_ALLOC_TABLES, "ALLOC_MEMORY_FUNCS").ALLOC_MEMORY_FUNCS["cpu"] = _unpinned
     elif "SUPPORT_PIN_MEMORY" in vars(pools):
         pools.SUPPORT_PIN_MEMORY = False  # 0.5.6 registers a pinned buffer with CUDA itself: none
-    else:  # 0.5.5.post3 asks torch for a pinned buffer, which a CPU build has none of
+    else:  # 0.5.3 to 0.5.5.post3 ask torch for a pinned buffer, which a CPU build has none of
         _unpinned_by_default(pools.MHATokenToKVPoolHost)
     # ``transfer_kv_direct`` is bound in the module defining the pool, on CUDA only.
     setattr(pools, "transfer_kv_direct", _transfer_kv_direct)  # noqa: B010
 
 
-# What 0.5.5.post3 to 0.5.12's host pool module imports from ``sgl_kernel.kvcacheio`` whatever the device.
+# What 0.5.3 to 0.5.12's host pool module imports from ``sgl_kernel.kvcacheio`` whatever the device.
 _KVCACHEIO_NAMES = (
     "transfer_kv_all_layer", "transfer_kv_all_layer_direct_lf_pf", "transfer_kv_all_layer_lf_pf",
     "transfer_kv_all_layer_lf_ph", "transfer_kv_all_layer_mla", "transfer_kv_all_layer_mla_lf_pf",
@@ -159,7 +159,7 @@ HOST_POOL = "sglang.srt.mem_cache.memory_pool_host"
 
 
 def import_host_pool_with_copies() -> None:
-    """Import a host pool module that imports ``sgl_kernel.kvcacheio`` unconditionally (0.5.5.post3 to
+    """Import a host pool module that imports ``sgl_kernel.kvcacheio`` unconditionally (0.5.3 to
     0.5.12), with a stand-in ``sgl_kernel.kvcacheio`` present for that one import only: its copy
     is ``_transfer_kv_direct``, every other name raises when called. ``sgl_kernel`` stays absent
     for every other module (SGLang chooses its CPU fallbacks by its absence)."""
@@ -180,6 +180,32 @@ def import_host_pool_with_copies() -> None:
         importlib.import_module(HOST_POOL)
     finally:
         del sys.modules["sgl_kernel"], sys.modules["sgl_kernel.kvcacheio"]
+
+
+class _CpuStreams:
+    """``torch.cuda`` as 0.5.3 to 0.5.5.post2's cache controller uses it (its events and streams,
+    made directly): ``torch.cpu``'s, whose events are done when recorded; nothing else of it."""
+
+    Event, Stream = torch.cpu.Event, torch.cpu.Stream
+    stream, current_stream = staticmethod(torch.cpu.stream), staticmethod(torch.cpu.current_stream)
+
+    def __getattr__(self, name: str) -> Any:
+        raise RealSGLangError(f"torch.cuda.{name}: the cache controller's stand-in has events and streams only")
+
+
+class _TorchWithCpuStreams:
+    """The controller module's ``torch``: torch itself, but for ``torch.cuda``."""
+
+    cuda = _CpuStreams()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(torch, name)
+
+
+def cpu_streams_for_controller() -> None:
+    """Before a controller of 0.5.3 to 0.5.5.post2 is built: its ``torch.cuda`` events and
+    streams are ``torch.cpu``'s (a CPU build's ``torch.cuda.Event`` is a dummy that refuses to be made)."""
+    setattr(importlib.import_module(_CONTROLLER), "torch", _TorchWithCpuStreams())  # noqa: B010 (SGLang's module)
 
 
 def _exists(module: str) -> bool:
@@ -227,11 +253,11 @@ def attach(tree: Any, server_args: Any, params: Any, tier: HostTier) -> Any:
 
 
 def hiradix_cache(fields: dict[str, Any], params_class: Any, server_args: Any, tier: HostTier) -> Any:
-    """The HiRadixCache a server of 0.5.5.post3 to 0.5.18 builds for ``tier`` (as ``server_args`` name
-    it), of the tree's ``fields``: from a ``params_class`` (0.5.6+) or, before (0.5.5.post3), keyword by keyword
+    """The HiRadixCache a server of 0.5.3 to 0.5.18 builds for ``tier`` (as ``server_args`` name
+    it), of the tree's ``fields``: from a ``params_class`` (0.5.6+) or, before, keyword by keyword
     as the scheduler passes them (one rank: no process group)."""
     if tier.storage:
-        raise RealSGLangError("hicache_storage: HiRadixCache's storage tier (0.5.5.post3 to 0.5.18) is not driven yet")
+        raise RealSGLangError("hicache_storage: HiRadixCache's storage tier (0.5.3 to 0.5.18) is not driven yet")
     install_cpu_copies()
     cls = _lookup_hiradix()
     with _one_rank():
@@ -248,7 +274,7 @@ def hiradix_cache(fields: dict[str, Any], params_class: Any, server_args: Any, t
     return tree
 
 
-# The server arguments 0.5.5.post3's scheduler hands HiRadixCache under their own names.
+# The server arguments 0.5.3 to 0.5.5.post3's scheduler hands HiRadixCache under their own names.
 _SERVER_FIELDS = ("hicache_ratio", "hicache_size", "hicache_write_policy", "hicache_io_backend", "hicache_mem_layout",
                   "hicache_storage_backend", "hicache_storage_prefetch_policy")
 

@@ -160,15 +160,16 @@ class VersionEntry:
     # before, a sliding-window model's pools are page size 1 only.
     paged_swa: bool = False
     # The host tier a server attaches with --enable-hierarchical-cache, where kvparity drives it
-    # (issue 35): "hiradix" (0.5.5.post3 to 0.5.18: HiRadixCache, a radix tree with its own host
-    # tier) or "unified" (0.5.19+: UnifiedRadixCache.init_hicache, the plain model's tree). None:
-    # not driven (up to 0.5.5.post2 the cache controller makes torch.cuda events itself, which a
-    # CPU build has only a dummy class of).
+    # (issue 35): "hiradix" (0.5.3 to 0.5.18: HiRadixCache, a radix tree with its own host tier)
+    # or "unified" (0.5.19+: UnifiedRadixCache.init_hicache, the plain model's tree).
     host_tier: str | None = None
-    # Whether its host pool refuses to be no larger than the device's (0.5.5.post3 to 0.5.14: "The
+    # Whether its host pool refuses to be no larger than the device's (0.5.3 to 0.5.14: "The
     # host memory should be larger than the device memory with the current protocol").
     host_pool_larger: bool = False
-    # Whether its host pool module imports sgl_kernel.kvcacheio whatever the device (0.5.5.post3 to 0.5.12):
+    # Whether its cache controller makes torch.cuda events and streams itself (up to 0.5.5.post2):
+    # torch.cpu's stand in, in that module only (``host_tier.cpu_streams_for_controller``).
+    host_controller_cuda_streams: bool = False
+    # Whether its host pool module imports sgl_kernel.kvcacheio whatever the device (0.5.3 to 0.5.12):
     # imported with a stand-in for that one import (``host_tier.import_host_pool_with_copies``).
     host_pool_imports_kvcacheio: bool = False
 
@@ -224,6 +225,7 @@ _FIRST = VersionEntry(
     prefix_default="list",
     chunk_prefix="int32 view",
     prefill_only_spec_check="dict is None",
+    host_tier="hiradix", host_pool_larger=True, host_pool_imports_kvcacheio=True, host_controller_cuda_streams=True,
 )
 
 # Release -> the fields that differ from the release before it.
@@ -249,7 +251,7 @@ CHANGES: tuple[tuple[str, dict[str, object]], ...] = (
     ("0.5.5", dict()),
     ("0.5.5.post1", dict(finish_via=f"{_COMMON}:release_kv_cache")),
     ("0.5.5.post2", dict()),
-    ("0.5.5.post3", dict(host_tier="hiradix", host_pool_larger=True, host_pool_imports_kvcacheio=True)),
+    ("0.5.5.post3", dict(host_controller_cuda_streams=False)),
     ("0.5.6", dict(
         init_new_params=_INIT_NEW + ("dllm_config",),
         cache_init_params="sglang.srt.mem_cache.cache_init_params:CacheInitParams",

@@ -552,6 +552,10 @@ def _startup(args: argparse.Namespace, ctx: Context) -> None:
         from kvparity.engine.real.host_tier import import_host_pool_with_copies
 
         import_host_pool_with_copies()
+    if entry.host_controller_cuda_streams:
+        from kvparity.engine.real.host_tier import cpu_streams_for_controller
+
+        cpu_streams_for_controller()
     t0 = time.perf_counter()
     where = (
         entry.write_cache_indices or "", entry.get_last_loc, entry.alloc_extend_caller, entry.globals_target,
