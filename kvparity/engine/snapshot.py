@@ -128,6 +128,11 @@ class HostNode(NamedTuple):
                    extra[0] if extra else None)
 
 
+def in_tree_order(nodes: Iterable[HostNode]) -> list[HostNode]:
+    """Host nodes by extra key's tree (the plain tree first), then path: as trees list their nodes."""
+    return sorted(nodes, key=lambda n: (n.extra_key is not None, n.extra_key or "", n.path))
+
+
 @dataclass
 class HostState:
     """A host tier's pool after an iteration: its slots (``0 .. slots-1``), the free ones, and the

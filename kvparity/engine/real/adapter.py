@@ -48,6 +48,7 @@ from kvparity.engine.snapshot import (
     _alias_row,  # one rule for which row a view prefix points into
     full_allocator,
     full_sizes,
+    in_tree_order,
     released_pages,
     state_allocator,
 )
@@ -326,8 +327,8 @@ class GeometryView:
 def _check_host_tier(entry: VersionEntry, hybrid: bool, cache_kind: str) -> None:
     """Refuse a host tier kvparity does not drive, naming why."""
     if entry.host_tier is None:
-        raise RealSGLangError(f"SGLang {entry.version}: its host tier is not driven (kvparity drives "
-                              f"HiRadixCache's from 0.5.15 and UnifiedRadixCache's from 0.5.19)")
+        raise RealSGLangError(f"SGLang {entry.version}: its version entry names no host tier (kvparity drives "
+                              f"HiRadixCache's up to 0.5.18 and UnifiedRadixCache's from 0.5.19)")
     if hybrid or cache_kind != "radix":
         raise RealSGLangError("a host tier is driven for a full-attention model with its radix cache only")
 
@@ -817,7 +818,7 @@ def _radix_host_nodes(cache: Any) -> list[HostNode]:
                     None if node.value is None else tuple(int(v) for v in node.value.tolist()),
                     node.id in cache.ongoing_write_through, id(node) in loading, extra)
            for node, extra, path in _walk(cache) if node.host_value is not None or id(node) in loading]
-    return sorted(out, key=lambda e: (e.extra_key is not None, e.extra_key or "", e.path))
+    return in_tree_order(out)
 
 
 def _walk(cache: Any):

@@ -50,8 +50,10 @@ import queue
 import random
 import shutil
 import struct
+import sys
 import tempfile
 import threading
+import types
 import weakref
 from dataclasses import dataclass
 from typing import Any
@@ -59,6 +61,7 @@ from typing import Any
 import torch
 
 from kvparity.engine.real import RealSGLangError
+from kvparity.engine.real.names import lookup
 
 # A HiCache world's KV: float32, head_dim KV_LANES (the canary's lanes, ``LaneStore``, need 7).
 KV_LANES = 8
@@ -135,8 +138,9 @@ def _unpinned(dims: Any, dtype: Any, device: Any, pin_memory: Any, allocator: An
 def install_cpu_copies() -> None:
     """Put the stand-ins into the imported release (idempotent; before its tree builds a host pool)."""
     pools = _first_with(_MHA_POOLS, "MHATokenToKVPoolHost")
-    if any(_exists(m) and "ALLOC_MEMORY_FUNCS" in vars(importlib.import_module(m)) for m in _ALLOC_TABLES):
-        _first_with(_ALLOC_TABLES, "ALLOC_MEMORY_FUNCS").ALLOC_MEMORY_FUNCS["cpu"] = _unpinned
+    table = _find(_ALLOC_TABLES, "ALLOC_MEMORY_FUNCS")
+    if table is not None:
+        table.ALLOC_MEMORY_FUNCS["cpu"] = _unpinned
     elif "SUPPORT_PIN_MEMORY" in vars(pools):
         pools.SUPPORT_PIN_MEMORY = False  # 0.5.6 registers a pinned buffer with CUDA itself: none
     else:  # 0.5.3 to 0.5.5.post3 ask torch for a pinned buffer, which a CPU build has none of
@@ -163,9 +167,6 @@ def import_host_pool_with_copies() -> None:
     0.5.12), with a stand-in ``sgl_kernel.kvcacheio`` present for that one import only: its copy
     is ``_transfer_kv_direct``, every other name raises when called. ``sgl_kernel`` stays absent
     for every other module (SGLang chooses its CPU fallbacks by its absence)."""
-    import sys
-    import types
-
     for module in _HOST_POOL_DEPENDENCIES:
         if _exists(module):  # sglang.jit_kernel from 0.5.6
             importlib.import_module(module)
@@ -231,8 +232,8 @@ def _unpinned_by_default(pool_class: Any) -> None:
     init.__defaults__ = tuple(defaults)
 
 
-def _first_with(modules: tuple[str, ...], name: str) -> Any:
-    """The first of ``modules`` this release has that defines ``name``."""
+def _find(modules: tuple[str, ...], name: str) -> Any:
+    """The first of ``modules`` this release has that defines ``name`` (None: none does)."""
     for module in modules:
         try:
             found = importlib.import_module(module)
@@ -240,7 +241,15 @@ def _first_with(modules: tuple[str, ...], name: str) -> Any:
             continue
         if name in vars(found):
             return found
-    raise RealSGLangError(f"this SGLang defines {name} in none of {list(modules)}")
+    return None
+
+
+def _first_with(modules: tuple[str, ...], name: str) -> Any:
+    """``_find``, where a release must have it."""
+    found = _find(modules, name)
+    if found is None:
+        raise RealSGLangError(f"this SGLang defines {name} in none of {list(modules)}")
+    return found
 
 
 def attach(tree: Any, server_args: Any, params: Any, tier: HostTier) -> Any:
@@ -259,7 +268,7 @@ def hiradix_cache(fields: dict[str, Any], params_class: Any, server_args: Any, t
     if tier.storage:
         raise RealSGLangError("hicache_storage: HiRadixCache's storage tier (0.5.3 to 0.5.18) is not driven yet")
     install_cpu_copies()
-    cls = _lookup_hiradix()
+    cls = lookup(_HIRADIX)
     with _one_rank():
         if params_class is not None:
             tree = cls(params=params_class(disable=False, **fields), server_args=server_args)
@@ -277,11 +286,6 @@ def hiradix_cache(fields: dict[str, Any], params_class: Any, server_args: Any, t
 # The server arguments 0.5.3 to 0.5.5.post3's scheduler hands HiRadixCache under their own names.
 _SERVER_FIELDS = ("hicache_ratio", "hicache_size", "hicache_write_policy", "hicache_io_backend", "hicache_mem_layout",
                   "hicache_storage_backend", "hicache_storage_prefetch_policy")
-
-
-def _lookup_hiradix() -> Any:
-    module, _, name = _HIRADIX.partition(":")
-    return getattr(importlib.import_module(module), name)
 
 
 @contextlib.contextmanager

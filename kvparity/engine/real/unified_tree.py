@@ -35,7 +35,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from kvparity.engine.real import RealSGLangError
-from kvparity.engine.snapshot import HostNode
+from kvparity.engine.snapshot import HostNode, in_tree_order
 
 NodeEntry = tuple[str | None, tuple[int, ...], tuple[int, ...], int]
 
@@ -140,7 +140,7 @@ def host_nodes(cache: Any) -> list[HostNode]:
                     node.key.extra_key)
            for node, path, data in _walk(_core(cache), _components(cache)[0])
            if data.host_value is not None or node.load_back_pending_id is not None]
-    return sorted(out, key=lambda e: (e.extra_key is not None, e.extra_key or "", e.path))
+    return in_tree_order(out)
 
 
 # --------------------------------------------------------------------------- the Rust core
