@@ -95,6 +95,8 @@ def test_a_node_s_device_and_host_states_agree():
         "node [2 tokens ending [1, 2]]: 2 device slots but 1 host slots",
         "node [4 tokens ending [2, 3, 4]]: a load-back lists it, but it has no device slots",
         "device KV below a node the device evicted: [3 tokens ending [5, 6, 7]]"]
+    lora_only = ((None, (1, 2), (5, 6), 0), ("lora-a", (5, 6, 8), (10,), 0))
+    assert host_nodes_consistent(_host(nodes[2:], range(5, 8)), lora_only) == []
 
 
 A = tuple(range(100, 140))
