@@ -139,23 +139,26 @@ class HostState:
     tree's nodes holding host KV (``HostNode``: path, host slots, device slots or None once the
     device evicted them, whether a backup or a load-back lists them), and the host slots a fetch
     from storage holds outside the tree (``in_flight``). Every host slot is exactly one of free,
-    backing one node, or in flight; none a transfer lists is free."""
+    backing one node, or in flight; none a transfer lists is free. ``fetched``: the tokens brought
+    from storage so far (up to 0.5.18 a fetch lands within the iteration it starts in, so no
+    snapshot sees it in flight)."""
 
     slots: int
     free: tuple[int, ...]
     nodes: tuple[HostNode, ...]
     available_size: int
     in_flight: tuple[int, ...] = ()
+    fetched: int = 0
 
     def to_plain(self) -> dict[str, Any]:
         return {"slots": self.slots, "free": list(self.free), "available_size": self.available_size,
-                "in_flight": list(self.in_flight),
+                "in_flight": list(self.in_flight), "fetched": self.fetched,
                 "nodes": [node.to_plain() for node in self.nodes]}
 
     @classmethod
     def from_plain(cls, data: dict[str, Any]) -> HostState:
         return cls(slots=int(data["slots"]), free=tuple(data["free"]), available_size=int(data["available_size"]),
-                   in_flight=tuple(data.get("in_flight", ())),
+                   in_flight=tuple(data.get("in_flight", ())), fetched=int(data.get("fetched", 0)),
                    nodes=tuple(HostNode.from_plain(node) for node in data["nodes"]))
 
     @property
@@ -365,6 +368,11 @@ def window_state(allocator: Any, tree: Any, radix: bool) -> WindowState | None:
         protected_size=int(tree.swa_protected_size()) if radix else 0)
 
 
+# The tokens a cache controller's page transfers brought from storage, counted where kvparity runs
+# its transfer thread's loop (``host_tier``), kept on the controller under this name.
+FETCHED_TOKENS = "kvparity_fetched_tokens"
+
+
 def host_state(host_pool: Any, tree: Any, nodes: list[HostNode]) -> HostState:
     """A host tier's pool: its free slots (the free list and, from 0.5.20, the freed chunks not yet
     merged back into it), the tree's nodes holding host KV, and the slots fetches from storage
@@ -372,15 +380,23 @@ def host_state(host_pool: Any, tree: Any, nodes: list[HostNode]) -> HostState:
     are the tree's ``HostNode``s."""
     released = [_host_copy(t) for t in getattr(host_pool, "release_slots", ()) if t is not None]
     free = torch.cat([_host_copy(host_pool.free_slots), *released]) if released else _host_copy(host_pool.free_slots)
-    fetching = {int(s) for fetch in getattr(tree, "ongoing_prefetch", {}).values()
-                if fetch.host_indices is not None for s in _host_copy(fetch.host_indices).tolist()}
+    fetches = [_fetch_operation(entry) for entry in getattr(tree, "ongoing_prefetch", {}).values()]
+    fetching = {int(s) for fetch in fetches if fetch.host_indices is not None
+                for s in _host_copy(fetch.host_indices).tolist()}
     controller = tree.cache_controller
     releasing = getattr(controller, "host_mem_release_queue", None)
     fetching |= {int(s) for page in (list(releasing.queue) if releasing is not None else [])
                  if page is not None for s in _host_copy(page).tolist()}
     return HostState(slots=int(host_pool.size), free=tuple(int(s) for s in free.tolist()),
                      nodes=tuple(nodes), available_size=int(host_pool.available_size()),
-                     in_flight=tuple(sorted(fetching)))
+                     in_flight=tuple(sorted(fetching)), fetched=int(getattr(controller, FETCHED_TOKENS, 0)))
+
+
+def _fetch_operation(entry: Any) -> Any:
+    """A fetch's transfer: the tree's entry itself (0.5.19+, a named tuple with its host slots), or
+    the last of HiRadixCache's plain tuple (its node, tokens and slots before it), whose slots are
+    those the storage hit kept."""
+    return entry if hasattr(entry, "host_indices") else entry[-1]
 
 
 def state_allocator(req_to_token_pool: Any) -> Any:

@@ -22,7 +22,7 @@ from typing import Any, Protocol
 from kvparity.engine.real import WORKER_PLUGINS
 from kvparity.engine.real.changes import Change
 from kvparity.engine.traffic_run import TrafficRun
-from kvparity.model.traffic import CACHES, HostOffer, TrafficScenario
+from kvparity.model.traffic import CACHES, EVERY_HOST_TIER, HostOffer, TrafficScenario
 from kvparity.model.traffic_records import StopError
 from kvparity.model.worlds import MODELLED_RELEASES, WorldId
 
@@ -116,7 +116,7 @@ class ModelTrafficPlayer:
     loops: tuple[str, ...] = ("normal",)
     caches: tuple[str, ...] = ("full",)  # kvparity's model serves full attention only (issue 34: real against real)
     paged_windows = False
-    host_offer = HostOffer(storage=False)  # unused: kvparity's model serves no host tier
+    host_offer = EVERY_HOST_TIER  # unused: kvparity's model serves no host tier
 
     def __init__(self, version: str, options: tuple[tuple[str, str], ...] = ()) -> None:
         """``options``: ``play_traffic``'s (a change undone: ``Change.model_undo``)."""

@@ -81,7 +81,7 @@ def host_classes(result: TrafficRun) -> set[str]:
             found.add(TRAFFIC_HOST_EVICTED)
         if rec.retracted:
             found.add(TRAFFIC_HOST_RETRACTION)
-        if snap.host.in_flight:
+        if snap.host.in_flight or snap.host.fetched:
             found.add(TRAFFIC_STORAGE_HIT)
         before = now
     return found

@@ -28,17 +28,17 @@ HICACHE_WRITE_POLICIES = ("write_through", "write_back", "write_through_selectiv
 
 @dataclass(frozen=True)
 class HostOffer:
-    """The host tiers a release's server is driven with: a storage tier behind the host, a host
-    pool no larger than the device's (``both``: what two releases compared both take)."""
+    """The host tiers a release's server is driven with: whether its host pool may be smaller than
+    the device's (``both``: what two releases compared both take). Every release from 0.5.3 is
+    driven with every write policy and with the file storage tier."""
 
-    storage: bool = True
     smaller: bool = True
 
     def both(self, other: HostOffer) -> HostOffer:
-        return HostOffer(self.storage and other.storage, self.smaller and other.smaller)
+        return HostOffer(self.smaller and other.smaller)
 
 
-EVERY_HOST_TIER = HostOffer()  # what a release from 0.5.19 serves
+EVERY_HOST_TIER = HostOffer()  # what a release from 0.5.15 serves
 # A sliding-window server's window pool, as a share of its full pool (SGLang's default
 # ``--swa-full-tokens-ratio``).
 SWA_FULL_TOKENS_RATIO = 0.8

@@ -77,14 +77,14 @@ def host_tiers(draw: Any, config: ServerConfig, offer: HostOffer = EVERY_HOST_TI
     """``config`` with a host tier: a device pool small enough that the warm-up's prompts are
     evicted from it (128 slots hold any one request drawn here), a host pool smaller than the
     device's (the host evicts what the warm-up left) or larger (it keeps it), any write policy, and
-    half the time the file storage tier (where what the host evicted is found again), each where
-    the releases' ``offer`` allows; a third of
+    half the time the file storage tier (where what the host evicted is found again), the host's
+    size where the releases' ``offer`` allows; a third of
     the time its transfers are slow (acknowledged one or two iterations late: what they list stays
     listed across iterations)."""
     return dataclasses.replace(
         config, kv_slots=128 if config.kv_slots < 256 else draw(st.sampled_from((96, 128))),
         hicache_ratio=draw(st.sampled_from((0.75, 1.5, 2.0) if offer.smaller else (1.5, 2.0))),
-        hicache_write_policy=draw(st.sampled_from(HICACHE_WRITE_POLICIES)), hicache_storage=offer.storage and draw(st.booleans()),
+        hicache_write_policy=draw(st.sampled_from(HICACHE_WRITE_POLICIES)), hicache_storage=draw(st.booleans()),
         hicache_ack_delay=draw(st.sampled_from((0, 0, 0, 0, 1, 2))))
 
 

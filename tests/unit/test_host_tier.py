@@ -17,7 +17,7 @@ from kvparity.judge.traffic_classes import host_classes
 from kvparity.model.canary import UNSTAMPED
 from kvparity.model.classes import TRAFFIC_HOST_DEMOTED, TRAFFIC_HOST_LOAD_BACK, TRAFFIC_STORAGE_HIT
 from kvparity.model.scenario import Decode, Evict, Extend, RequestSpec, Scenario
-from kvparity.model.traffic import Arrival, HostOffer, ServerConfig, TrafficScenario, traffic_geometry
+from kvparity.model.traffic import Arrival, ServerConfig, TrafficScenario, traffic_geometry
 from kvparity.model.worlds import Geometry
 
 
@@ -231,21 +231,19 @@ def test_a_host_pool_importing_sgl_kernel_gets_a_stand_in_for_that_import_only(r
     assert "sgl_kernel" in release_workers("0.5.12").call("hello")["absent"]
 
 
-def test_hiradix_cache_draws_and_takes_no_storage_tier(release_workers):
-    """HiRadixCache's storage tier (0.5.15 to 0.5.18) is not driven: a check of such a release
-    draws none, and a scenario that asks for one is refused by name, never played without it."""
-    from hypothesis import find
-    from hypothesis.errors import NoSuchExample
-
-    from kvparity.engine.real.worker import RemoteError
-    from kvparity.model.traffic_strategies import traffic_scenarios
-
-    with pytest.raises(NoSuchExample):
-        find(traffic_scenarios(cache="hicache", host_offer=HostOffer(storage=False)), lambda s: s.config.hicache_storage)
-    assert find(traffic_scenarios(cache="hicache"), lambda s: s.config.hicache_storage).config.hicache_storage
-    config, arrivals = storage_scenario().to_plain()
-    with pytest.raises(RemoteError, match="HiRadixCache's storage tier"):
-        release_workers("0.5.15").call("run_traffic", config=config, arrivals=arrivals)
+@pytest.mark.parametrize("release", ["0.5.3", "0.5.18"])
+def test_hiradix_cache_fetches_a_prefix_from_storage_within_the_iteration_d_arrives_in(release_workers, release):
+    """HiRadixCache's storage tier (0.5.3 to 0.5.18): its prefetch loop makes its page-transfer
+    queue itself each time it runs (from 0.5.16 the scheduler's thread feeds that queue after the
+    hit query), and kvparity serves the queue it made. d's 40 tokens come from the file backend
+    as d arrives, so d extends on a 40-token hit at once, never seen waiting; the canary's lanes
+    went device, host, file and back, unchanged."""
+    run = _played(release_workers, release, storage_scenario())
+    assert not any("d" in rec.waiting for rec in run.decisions)
+    hits = {rid: hit for rec in run.decisions if rec.mode == "EXTEND" for rid, hit in zip(rec.rids, rec.prefix_lens)}
+    assert hits["d"] == 40
+    assert [snap.host.fetched for snap in run.memory][-1] == 40
+    assert TRAFFIC_STORAGE_HIT in host_classes(run)
 
 
 def test_a_storage_tier_that_fails_every_call_is_recomputed_around(release_workers):

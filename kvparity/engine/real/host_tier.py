@@ -62,6 +62,7 @@ import torch
 
 from kvparity.engine.real import RealSGLangError
 from kvparity.engine.real.names import lookup
+from kvparity.engine.snapshot import FETCHED_TOKENS
 
 # A HiCache world's KV: float32, head_dim KV_LANES (the canary's lanes, ``LaneStore``, need 7).
 KV_LANES = 8
@@ -256,20 +257,18 @@ def attach(tree: Any, server_args: Any, params: Any, tier: HostTier) -> Any:
     """Attach ``tier`` (as ``server_args`` name it) to a UnifiedRadixCache as the server's factory
     does (``init_hicache``); returns the host pool."""
     install_cpu_copies()
-    with _storage(tree, tier):
+    with _storage(tier) as folder:
         tree.init_hicache(server_args, params)
-    return _driven(tree, tier)
+    return _driven(tree, tier, folder)
 
 
 def hiradix_cache(fields: dict[str, Any], params_class: Any, server_args: Any, tier: HostTier) -> Any:
     """The HiRadixCache a server of 0.5.3 to 0.5.18 builds for ``tier`` (as ``server_args`` name
     it), of the tree's ``fields``: from a ``params_class`` (0.5.6+) or, before, keyword by keyword
     as the scheduler passes them (one rank: no process group)."""
-    if tier.storage:
-        raise RealSGLangError("hicache_storage: HiRadixCache's storage tier (0.5.3 to 0.5.18) is not driven yet")
     install_cpu_copies()
     cls = lookup(_HIRADIX)
-    with _one_rank():
+    with _one_rank(), _storage(tier) as folder:
         if params_class is not None:
             tree = cls(params=params_class(disable=False, **fields), server_args=server_args)
         else:
@@ -279,7 +278,7 @@ def hiradix_cache(fields: dict[str, Any], params_class: Any, server_args: Any, t
                            storage_backend_extra_config=server_args.hicache_storage_backend_extra_config)
             declared = inspect.signature(cls).parameters
             tree = cls(**{k: v for k, v in offered.items() if k in declared})
-    _driven(tree, tier)
+    _driven(tree, tier, folder)
     return tree
 
 
@@ -306,24 +305,29 @@ def _one_rank() -> Any:
 
 
 @contextlib.contextmanager
-def _storage(tree: Any, tier: HostTier) -> Any:
-    """The scope a tier's controller is built in: its storage folder and ranks (with storage)."""
+def _storage(tier: HostTier) -> Any:
+    """The scope a tier's controller is built in: its storage folder and ranks (with storage).
+    Yields the folder (None without storage)."""
     _publish_storage_failure(tier.storage_failure)
     if not tier.storage:
-        yield
+        yield None
         return
     folder = tempfile.mkdtemp(prefix="kvparity-hicache-")
-    weakref.finalize(tree, shutil.rmtree, folder, True)
     os.environ[STORAGE_DIR_ENV] = folder
-    with _storage_stand_ins():
-        yield
+    try:
+        with _storage_stand_ins():
+            yield folder
+    except BaseException:
+        shutil.rmtree(folder, True)
+        raise
 
 
-def _driven(tree: Any, tier: HostTier) -> Any:
+def _driven(tree: Any, tier: HostTier, folder: str | None) -> Any:
     """The stand-ins a built tier runs under (storage inline, seeded faults, late acks); its host pool."""
     host = host_pool(tree)
     host.pin_memory = False  # its storage path asks torch for pinned scratch pages otherwise
-    if tier.storage:
+    if folder is not None:
+        weakref.finalize(tree, shutil.rmtree, folder, True)
         _run_storage_inline(tree.cache_controller)
     if tier.storage_failure:
         _seed_storage_failures()
@@ -457,27 +461,84 @@ _STORAGE_THREADS = (("prefetch_thread", "prefetch_queue"), ("prefetch_io_aux_thr
                     ("prefetch_sync_thread", "prefetch_sync_queue"), ("backup_thread", "backup_queue"))
 
 
+# The parallel-state functions the controller module imports up to 0.5.15 (the pipeline's from 0.5.15).
+_RANK_FUNCTIONS = ("get_tensor_model_parallel_rank", "get_tensor_model_parallel_world_size",
+                   "get_pipeline_model_parallel_rank", "get_pipeline_model_parallel_world_size")
+
+
 def _storage_stand_ins() -> Any:
     """Before the controller is built: its threads are never started, its storage keys are
-    computed in Python; returns the scope in which its storage configuration reads one process's
-    ranks (0.5.21+ keep them for good; 0.5.19 and 0.5.20 read them from a scoped override)."""
-    setattr(importlib.import_module(_CONTROLLER), "threading", _Threading())  # noqa: B010 (SGLang's module)
-    setattr(importlib.import_module(_NATIVE_HASH), "_load_native_hash_module", _PageHashes)  # noqa: B010
+    computed in Python (where a native hash exists, 0.5.15+); returns the scope in which its
+    storage configuration reads one process's ranks: the controller module's own rank functions
+    up to 0.5.15, the parallel context after (kept for good from 0.5.21, a scoped override before)."""
+    controller = importlib.import_module(_CONTROLLER)
+    setattr(controller, "threading", _Threading())  # noqa: B010 (SGLang's module)
+    if _exists(_NATIVE_HASH):
+        setattr(importlib.import_module(_NATIVE_HASH), "_load_native_hash_module", _PageHashes)  # noqa: B010
+    if hasattr(controller, "get_tensor_model_parallel_rank"):
+        return _module_answers(controller, **{name: (lambda: 0) if name.endswith("_rank") else (lambda: 1)
+                                              for name in _RANK_FUNCTIONS if hasattr(controller, name)})
     parallel = importlib.import_module("sglang.srt.runtime_context").get_parallel()
     if hasattr(parallel, "override_permanently"):
         parallel.override_permanently(tp_rank=0, pp_rank=0)
-    return parallel.override(tp_rank=0, pp_rank=0)
+        return parallel.override(tp_rank=0, pp_rank=0)
+    return parallel.override(tp_rank=0, pp_rank=0, tp_size=1, pp_size=1)
+
+
+@contextlib.contextmanager
+def _module_answers(module: Any, **functions: Any) -> Any:
+    """``module``'s functions of these names answered by these, in this scope only."""
+    real = {name: getattr(module, name) for name in functions}
+    for name, function in functions.items():
+        setattr(module, name, function)
+    try:
+        yield
+    finally:
+        for name, function in real.items():
+            setattr(module, name, function)
 
 
 def _run_storage_inline(controller: Any) -> None:
-    """Each storage thread's queue replaced by one that runs the thread's loop at ``put``."""
+    """Each storage thread's queue replaced by one that runs the thread's loop at ``put``. The
+    storage loops' stop event is ``storage_stop_event`` from 0.5.9, the controller's one
+    ``stop_event`` before (which its transfer buffers keep their own reference to)."""
     stop = _UntilEmpty()
-    controller.storage_stop_event = stop
+    setattr(controller, "storage_stop_event" if hasattr(controller, "storage_stop_event") else "stop_event", stop)
+    _count_fetches(controller)
     for thread, served in _STORAGE_THREADS:
-        loop = getattr(controller, thread).target
-        if loop is None:
-            raise RealSGLangError(f"the cache controller's {thread} has no loop to run")
-        setattr(controller, served, _Pumped(loop, stop))
+        if hasattr(controller, thread):
+            setattr(controller, served, _Pumped(_adopting(controller, getattr(controller, thread).target, stop), stop))
+
+
+def _count_fetches(controller: Any) -> None:
+    """The controller's page transfer (storage to host), counting the tokens each brings."""
+    transfer = controller._page_transfer
+    setattr(controller, FETCHED_TOKENS, 0)
+
+    def counted(operation: Any, *args: Any, **kwargs: Any) -> Any:
+        before = operation.completed_tokens
+        try:
+            return transfer(operation, *args, **kwargs)
+        finally:
+            setattr(controller, FETCHED_TOKENS, getattr(controller, FETCHED_TOKENS) + operation.completed_tokens - before)
+    controller._page_transfer = counted
+
+
+def _adopting(controller: Any, loop: Any, stop: _UntilEmpty) -> Any:
+    """``loop``, then the page-transfer queue it made: up to 0.5.18 the prefetch loop makes that
+    queue (``prefetch_buffer``) and its thread itself, each time it runs. The queue made is
+    replaced by one served at ``put`` like the others, and what the loop left in it is served now
+    (the transfers its thread would make next); from 0.5.16 the scheduler's thread feeds it later."""
+    def run() -> None:
+        loop()
+        made = getattr(controller, "prefetch_buffer", None)
+        if made is None or isinstance(made, _Pumped):
+            return
+        pumped = _Pumped(controller.prefetch_io_aux_func, stop)
+        controller.prefetch_buffer = pumped
+        while not made.empty():
+            pumped.put(made.get_nowait())
+    return run
 
 
 class _PageHashes:

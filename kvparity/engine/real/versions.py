@@ -180,9 +180,8 @@ class VersionEntry:
 
     @property
     def host_offer(self) -> HostOffer:
-        """The host tiers kvparity drives it with: a storage tier on UnifiedRadixCache's (0.5.19+;
-        HiRadixCache's is not driven), a host pool smaller than the device's where it takes one."""
-        return HostOffer(storage=self.host_tier == "unified", smaller=not self.host_pool_larger)
+        """The host tiers kvparity drives it with: a host pool smaller than the device's where it takes one."""
+        return HostOffer(smaller=not self.host_pool_larger)
 
     def serves(self, cache: str) -> bool:
         """Whether kvparity drives this release serving ``cache`` (a name of ``traffic.CACHES``)."""
