@@ -16,9 +16,9 @@ from kvparity.model.worlds import Geometry
 LOOPS = ("normal", "overlap")
 # The models a server may serve: full attention only, a hybrid sliding-window model or a hybrid
 # linear (Mamba) model (issue 34).
-CACHES = ("full", "swa", "mamba", "hicache")
+CACHES = ("full", "swa", "mamba", "hicache", "hicache-mamba")
 CACHE_NAMES = {"full": "full attention", "swa": "sliding window", "mamba": "Mamba",
-               "hicache": "host tier (HiCache)"}  # as reports name them
+               "hicache": "host tier (HiCache)", "hicache-mamba": "Mamba with a host tier"}  # as reports name them
 # What a real release pair's check serves unless --caches says: every model, no host tier (a
 # server option of its own, which multiplies the check's time: asked for by name).
 DEFAULT_CACHES = ("full", "swa", "mamba")
@@ -96,7 +96,7 @@ class ServerConfig:
     mamba_slots: int | None = None
     # A host tier (issue 35: --enable-hierarchical-cache): the host pool's size as a ratio to the
     # KV pool's (SGLang's --hicache-ratio; None: no host tier) and how it backs the device up
-    # (--hicache-write-policy). Full attention only.
+    # (--hicache-write-policy). Full attention, or a Mamba model (its states backed up too).
     hicache_ratio: float | None = None
     hicache_write_policy: str = "write_through"
     hicache_storage: bool = False  # SGLang's file backend as a third tier (--hicache-storage-backend file)
@@ -144,8 +144,8 @@ class ServerConfig:
             return
         if not self.hicache_ratio > 0:
             raise ValueError(f"ServerConfig.hicache_ratio={self.hicache_ratio}: must be > 0, or None for no host tier")
-        if self.sliding_window is not None or self.mamba_slots is not None:
-            raise ValueError("ServerConfig: a host tier (hicache_ratio) is driven for full attention only")
+        if self.sliding_window is not None:
+            raise ValueError("ServerConfig: a host tier (hicache_ratio) is driven for full attention and Mamba models only")
         if not self.radix_cache:
             raise ValueError("ServerConfig: a host tier (hicache_ratio) needs the radix cache")
 

@@ -114,11 +114,13 @@ def traffic_scenarios(draw: Any, policies: tuple[str, ...] = POLICIES, cache: st
         config = draw(mamba_models(config))
     elif cache == "hicache":
         config = draw(host_tiers(config, host_offer))
+    elif cache == "hicache-mamba":
+        config = draw(host_tiers(draw(mamba_models(config)), host_offer))
     stems = [tuple(range(100_000 * (k + 1), 100_000 * (k + 1) + _STEM)) for k in range(2)]
     cached = [draw(st.sampled_from(stems))[: draw(st.integers(4, _STEM))] for _ in range(draw(st.integers(1, 3)))]
     arrivals: list[tuple[Arrival, ...]] = [(Arrival(f"c{i}", p, 1),) for i, p in enumerate(cached)]
     arrivals.append(())  # an idle iteration: the warm-up has finished
-    if cache == "hicache":
+    if config.hicache_ratio is not None:
         arrivals += _fillers(draw, config)
     burst = []
     if not pressure and draw(st.booleans()):

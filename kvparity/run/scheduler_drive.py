@@ -50,7 +50,7 @@ DEFAULT_TRAFFIC_EXAMPLES = 40  # per schedule policy and event loop
 HYBRID_POLICIES = ("fcfs", "lpm")
 # The loops a hybrid model is served in: a Mamba model's tree without a state buffer (SGLang's
 # no_buffer) refuses the overlap loop.
-HYBRID_LOOPS = {"swa": LOOPS, "mamba": ("normal",), "hicache": LOOPS}
+HYBRID_LOOPS = {"swa": LOOPS, "mamba": ("normal",), "hicache": LOOPS, "hicache-mamba": ("normal",)}
 # The rare shape Hypothesis steers toward (``hypothesis.target``). Measured on the default check of
 # 0.5.3.post1 against 0.5.3 (320 scenarios, 160 in the overlap loop), unsteered -> steered: rows
 # freed under a chunk in flight 31 -> 87 of 160, retractions in the overlap loop 24 -> 60 of 160,

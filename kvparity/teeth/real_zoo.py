@@ -183,6 +183,12 @@ REAL_HOST_MUTANTS: tuple[RealMutant, ...] = (
                "        return cd.host_lock_ref == 0\n",
                "            node.write_through_pending_id is not None\n        ):\n            return False\n"
                "        return True\n", against="0.5.23"),
+    RealMutant("hicache-mamba-state-load-skips-copy",
+               "a Mamba model's load-back gives the request a state slot for the state the host keeps, but copies "
+               "no recurrent state into it", "0.5.23", f"{_MEM}/pool_host/mamba.py",
+               "                if self.temporal_state_elem_size > 0:\n                    self._copy_tensor_pf_lf(\n",
+               "                if self.temporal_state_elem_size < 0:\n                    self._copy_tensor_pf_lf(\n",
+               against="0.5.23"),
     # HiRadixCache (0.5.15 to 0.5.18): the host tier of a radix tree of its own.
     RealMutant("hiradix-load-back-skips-copy",
                "HiRadixCache's load-back gives the request device slots for the prefix the host keeps, but copies "

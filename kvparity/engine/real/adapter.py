@@ -324,13 +324,16 @@ class GeometryView:
         )
 
 
-def _check_host_tier(entry: VersionEntry, hybrid: bool, cache_kind: str) -> None:
+def _check_host_tier(entry: VersionEntry, window: Window | None, mamba: Mamba | None, cache_kind: str) -> None:
     """Refuse a host tier kvparity does not drive, naming why."""
     if entry.host_tier is None:
         raise RealSGLangError(f"SGLang {entry.version}: its version entry names no host tier (kvparity drives "
                               f"HiRadixCache's up to 0.5.18 and UnifiedRadixCache's from 0.5.19)")
-    if hybrid or cache_kind != "radix":
-        raise RealSGLangError("a host tier is driven for a full-attention model with its radix cache only")
+    if window is not None or cache_kind != "radix":
+        raise RealSGLangError("a host tier is driven for a full-attention or Mamba model with its radix cache only")
+    if mamba is not None and not entry.host_mamba:
+        raise RealSGLangError(f"SGLang {entry.version}: a Mamba model's host tier is not driven for this release "
+                              f"(its version entry's host_mamba)")
 
 
 def sglang_out_of_memory(entry: VersionEntry, exc: BaseException) -> Exhausted | None:
@@ -360,7 +363,7 @@ class RealWorld:
         # (``HostTier``'s fields as plain data from a harness lane).
         self.host = HostTier(**host) if isinstance(host, dict) else host
         if self.host is not None:
-            _check_host_tier(entry, hybrid, cache_kind)
+            _check_host_tier(entry, self.window, self.mamba, cache_kind)
             if entry.host_tier == "unified":
                 tree_core = tree_core or "python"  # kvparity reads each node's host slots: the Python core's
         # The tree a server of this release builds (UnifiedRadixCache from 0.5.19, or from 0.5.16 for
@@ -401,7 +404,7 @@ class RealWorld:
             disable_radix_cache=cache_kind == "chunk",
             speculative_algorithm=None,
             disaggregation_mode="null",
-            **({} if self.host is None else self.host.server_fields()),
+            **({} if self.host is None else self.host.server_fields(states=self.mamba is not None)),
         )
         if self.mamba is not None:  # what a Mamba tree reads of the model's config, preset (none is loaded)
             self.server_args._mamba_cache_chunk_size = MAMBA_CACHE_CHUNK_SIZE
@@ -410,7 +413,8 @@ class RealWorld:
         sg = self.sg
         if self.mamba is not None:
             self.req_to_token_pool, self.kv_pool, self.allocator = mamba_pools(
-                entry, self.mamba, g.pool_rows, g.max_context_len, g.kv_slots, KV_DTYPE, self.device, g.need_sort)
+                entry, self.mamba, g.pool_rows, g.max_context_len, g.kv_slots, self._kv_form(), self.device,
+                g.need_sort)
         else:
             self.req_to_token_pool = sg.ReqToTokenPool(g.pool_rows, g.max_context_len, self.device,
                                                        enable_memory_saver=False)
@@ -420,6 +424,8 @@ class RealWorld:
             else:
                 self._full_attention_pools()
         self.req_to_token_pool.req_to_token.fill_(POISON)
+        if self.host is not None:
+            self._canary_keys().zero_()  # unwritten KV reads as the canary's "unstamped"
         # A Mamba model's state slots and the rows requests may take, as the pools hand them out when
         # built (the oracles' whole of the state pool; a padding row or slot is neither).
         allocator = state_allocator(self.req_to_token_pool) if self.mamba is not None else None
@@ -436,15 +442,11 @@ class RealWorld:
 
     def _full_attention_pools(self) -> None:
         sg, g = self.sg, self.geometry
-        # The smallest real KV pool: the allocators only store it; a host tier's keeps the canary
-        # (``kv_canary_store``), which its copies to and from the host then carry.
-        dtype, width = (KV_DTYPE, 1) if self.host is None else (torch.float32, KV_LANES)
+        dtype, width = self._kv_form()
         self.kv_pool = sg.MHATokenToKVPool(
             g.kv_slots, g.page_size, dtype, head_num=1, head_dim=width, layer_num=1,
             device=self.device, enable_memory_saver=False,
         )
-        if self.host is not None:
-            self.kv_pool.k_buffer[0].zero_()
         if g.page_size == 1:
             self.allocator = sg.TokenToKVPoolAllocator(g.kv_slots, KV_DTYPE, self.device, self.kv_pool, g.need_sort)
         else:
@@ -491,13 +493,23 @@ class RealWorld:
         self._cache_init_params = sg.CacheInitParams(**params)
         return _lookup(UNIFIED_RADIX_CACHE)(self._cache_init_params)  # from 0.5.16 for a hybrid model
 
+    def _kv_form(self) -> tuple[Any, int]:
+        """The KV pool's dtype and head width: the smallest real pool (the allocators only store
+        it), or for a host tier one that keeps the canary (``kv_canary_store``), which its copies
+        to and from the host then carry."""
+        return (KV_DTYPE, 1) if self.host is None else (torch.float32, KV_LANES)
+
     def kv_canary_store(self) -> LaneStore | None:
         """Where the forward's canary keeps the KV: in the KV pool itself for a host tier (its
-        copies carry it), else None (a side table)."""
+        copies carry it; a Mamba model's full-attention pool), else None (a side table)."""
         if self.host is None:
             return None
-        keys = self.kv_pool.k_buffer[0]
+        keys = self._canary_keys()
         return LaneStore(keys.view(keys.shape[0], -1).numpy())
+
+    def _canary_keys(self) -> Any:
+        """The keys of the full-attention layer (a Mamba model's pool holds them in its full pool)."""
+        return getattr(self.kv_pool, "full_kv_pool", self.kv_pool).k_buffer[0]
 
     # ------------------------------------------------------------------ kvparity's World interface
 

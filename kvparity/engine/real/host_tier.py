@@ -70,6 +70,8 @@ KV_LANES = 8
 # live: ``pool_host`` from 0.5.14 and 0.5.16, ``memory_pool_host`` before.
 _ALLOC_TABLES = ("sglang.srt.mem_cache.pool_host.common", "sglang.srt.mem_cache.memory_pool_host")
 _MHA_POOLS = ("sglang.srt.mem_cache.pool_host.mha", "sglang.srt.mem_cache.memory_pool_host")
+# Where a Mamba model's state host pool lives (0.5.18+).
+_MAMBA_POOLS = ("sglang.srt.mem_cache.pool_host.mamba",)
 _HIRADIX = "sglang.srt.mem_cache.hiradix_cache:HiRadixCache"
 _CONTROLLER = "sglang.srt.managers.cache_controller"
 _NATIVE_HASH = "sglang.srt.mem_cache.cpp_utils.native_hash"
@@ -103,14 +105,17 @@ class HostTier:
                    bool(config.get("hicache_storage", False)), int(config.get("hicache_ack_delay", 0)),
                    float(config.get("hicache_storage_failure", 0.0)))
 
-    def server_fields(self) -> dict[str, Any]:
+    def server_fields(self, states: bool = False) -> dict[str, Any]:
         """The server arguments that attach this tier (what a CPU can copy with: io backend
-        "direct", layer-first layout; a prefetch from storage waits until it completes)."""
+        "direct", layer-first layout, or, with a Mamba model's ``states`` backed up too, the
+        page-first layout its state host pool takes; a prefetch from storage waits until it
+        completes)."""
         storage = dict(hicache_storage_backend="file", hicache_storage_prefetch_policy="wait_complete",
                        hicache_storage_backend_extra_config=f'{{"prefetch_threshold": {STORAGE_PREFETCH_THRESHOLD}}}')
         return dict(
             enable_hierarchical_cache=True, hicache_ratio=self.ratio, hicache_size=0,
-            hicache_write_policy=self.write_policy, hicache_io_backend="direct", hicache_mem_layout="layer_first",
+            hicache_write_policy=self.write_policy, hicache_io_backend="direct",
+            hicache_mem_layout="page_first_direct" if states else "layer_first",
             **(storage if self.storage else {"hicache_storage_backend": None}),
         )
 
@@ -125,6 +130,41 @@ def _transfer_kv_direct(src_layers: list[torch.Tensor], dst_layers: list[torch.T
     src, dst = src_indices.to(torch.int64).cpu(), dst_indices.to(torch.int64).cpu()
     for s, d in zip(src_layers, dst_layers):
         d[dst.to(d.device)] = s[src.to(s.device)].to(d.dtype)
+
+
+def _page_first(host: torch.Tensor, page_size: int) -> torch.Tensor:
+    """A page-first host buffer (pages, layers, ... ) as (pages, layers, page_size, rest): a view,
+    so that a write lands in the buffer (a Mamba state pool's page is one slot)."""
+    return host.view(host.shape[0], host.shape[1], page_size, -1)
+
+
+def _transfer_kv_per_layer_direct_pf_lf(src_ptrs: list[torch.Tensor], dst_ptrs: list[torch.Tensor],
+                                        src_indices: torch.Tensor, dst_indices: torch.Tensor, layer_id: int,
+                                        page_size: int) -> None:
+    """``transfer_kv_per_layer_direct_pf_lf``: layer ``layer_id`` of the host's page-first buffers
+    (K and V, or one state) at token slots ``src_indices`` copied to the device layer's
+    ``dst_indices``."""
+    src, dst = src_indices.to(torch.int64).cpu(), dst_indices.to(torch.int64).cpu()
+    for host, device in zip(src_ptrs, dst_ptrs, strict=True):
+        rows = _page_first(host, page_size)[src // page_size, layer_id, src % page_size]
+        device.view(device.shape[0], -1)[dst.to(device.device)] = rows.to(device.device, device.dtype)
+
+
+def _transfer_kv_all_layer_direct_lf_pf(src_ptrs: list[torch.Tensor], dst_ptrs: list[torch.Tensor],
+                                        src_indices: torch.Tensor, dst_indices: torch.Tensor, page_size: int) -> None:
+    """``transfer_kv_all_layer_direct_lf_pf``: every device layer's slots ``src_indices`` copied
+    to the host's page-first buffers at ``dst_indices``; ``src_ptrs`` lists each host buffer's
+    layers in turn (K's layers, then V's)."""
+    layers = len(src_ptrs) // len(dst_ptrs)
+    if layers * len(dst_ptrs) != len(src_ptrs) or src_indices.numel() != dst_indices.numel():
+        raise RealSGLangError(f"transfer_kv_all_layer_direct_lf_pf: {len(src_ptrs)} layers to {len(dst_ptrs)} "
+                              f"buffers, {src_indices.numel()} slots to {dst_indices.numel()}")
+    src, dst = src_indices.to(torch.int64).cpu(), dst_indices.to(torch.int64).cpu()
+    for k, host in enumerate(dst_ptrs):
+        view = _page_first(host, page_size)
+        for layer, device in enumerate(src_ptrs[k * layers:(k + 1) * layers]):
+            rows = device.reshape(device.shape[0], -1)[src.to(device.device)]
+            view[dst // page_size, layer, dst % page_size] = rows.to(host.device, host.dtype)
 
 
 def _unpinned(dims: Any, dtype: Any, device: Any, pin_memory: Any, allocator: Any = None, *args: Any,
@@ -146,8 +186,16 @@ def install_cpu_copies() -> None:
         pools.SUPPORT_PIN_MEMORY = False  # 0.5.6 registers a pinned buffer with CUDA itself: none
     else:  # 0.5.3 to 0.5.5.post3 ask torch for a pinned buffer, which a CPU build has none of
         _unpinned_by_default(pools.MHATokenToKVPoolHost)
-    # ``transfer_kv_direct`` is bound in the module defining the pool, on CUDA only.
-    setattr(pools, "transfer_kv_direct", _transfer_kv_direct)  # noqa: B010
+    # The direct copies are bound in the modules defining the pools, on CUDA only (the page-first
+    # ones serve a Mamba model's tier: its state pool's layout and the KV pool's beside it).
+    for module in (pools, *(importlib.import_module(m) for m in _MAMBA_POOLS if _exists(m))):
+        for name, copy in _DIRECT_COPIES.items():
+            setattr(module, name, copy)
+
+
+_DIRECT_COPIES = {"transfer_kv_direct": _transfer_kv_direct,
+                  "transfer_kv_per_layer_direct_pf_lf": _transfer_kv_per_layer_direct_pf_lf,
+                  "transfer_kv_all_layer_direct_lf_pf": _transfer_kv_all_layer_direct_lf_pf}
 
 
 # What 0.5.3 to 0.5.12's host pool module imports from ``sgl_kernel.kvcacheio`` whatever the device.

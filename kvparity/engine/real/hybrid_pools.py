@@ -106,11 +106,12 @@ def window_pools(entry: VersionEntry, window: Window, kv_slots: int, page_size: 
     return kv_pool, allocator
 
 
-def mamba_pools(entry: VersionEntry, mamba: Mamba, rows: int, max_context_len: int, kv_slots: int, dtype: Any,
-                device: str, need_sort: bool) -> tuple[Any, Any, Any]:
+def mamba_pools(entry: VersionEntry, mamba: Mamba, rows: int, max_context_len: int, kv_slots: int,
+                kv_form: tuple[Any, int], device: str, need_sort: bool) -> tuple[Any, Any, Any]:
     """The request pool (with the state pool), the KV pool and the allocator of a hybrid linear
     model: ``rows`` request rows, ``mamba.slots`` state slots (slot 0 is SGLang's dummy), a full
-    pool of ``kv_slots`` at page size 1."""
+    pool of ``kv_slots`` at page size 1 of ``kv_form`` (its dtype and head width)."""
+    dtype, width = kv_form
     if entry.mamba_tree is None and entry.hybrid_tree != "unified":
         raise RealSGLangError(f"SGLang {entry.version} has no Mamba tree (MambaRadixCache from 0.5.3.post2)")
     utils = lookup(f"{_MAMBA_UTILS}:Mamba2StateShape"), lookup(f"{_MAMBA_UTILS}:Mamba2StateDType")
@@ -123,7 +124,7 @@ def mamba_pools(entry: VersionEntry, mamba: Mamba, rows: int, max_context_len: i
         device=device, enable_memory_saver=False, cache_params=params, mamba_layer_ids=[MAMBA_LAYER],
         enable_mamba_extra_buffer=False, enable_mamba_extra_buffer_lazy=False, enable_overlap_schedule=False))
     kv_pool = called_with(lookup(f"{_MEMORY_POOL}:HybridLinearKVPool"), dict(
-        size=kv_slots, dtype=dtype, page_size=1, head_num=1, head_dim=1, full_attention_layer_ids=[FULL_LAYER],
+        size=kv_slots, dtype=dtype, page_size=1, head_num=1, head_dim=width, full_attention_layer_ids=[FULL_LAYER],
         enable_kvcache_transpose=False, device=device, mamba_pool=rtp.mamba_pool, enable_memory_saver=False))
     allocator = lookup("sglang.srt.mem_cache.allocator:TokenToKVPoolAllocator")(kv_slots, dtype, device, kv_pool,
                                                                                  need_sort)

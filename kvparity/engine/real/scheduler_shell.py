@@ -390,14 +390,15 @@ def _knobs(config: dict[str, Any]) -> Knobs:
 
 
 def _hybrid(config: dict[str, Any]) -> dict[str, Any]:
-    """A hybrid model's settings (none for full attention): a host tier, a Mamba model's state
-    slots, or a sliding-window model's window, its pool sized as ``ServerConfig.window_slots``
-    says (SGLang's default share where the scenario leaves it)."""
+    """A hybrid model's settings (none for full attention): a Mamba model's state slots, or a
+    sliding-window model's window, its pool sized as ``ServerConfig.window_slots`` says (SGLang's
+    default share where the scenario leaves it); and a host tier."""
     host = HostTier.of(config)
-    if host is not None:
-        return {"host": host}
+    tier = {} if host is None else {"host": host}
     if config.get("mamba_slots") is not None:
-        return {"mamba_slots": int(config["mamba_slots"])}
+        return {"mamba_slots": int(config["mamba_slots"])} | tier
+    if host is not None:
+        return tier
     if config.get("sliding_window") is None:
         return {}
     slots, interval = config.get("swa_kv_slots"), config.get("swa_eviction_interval")

@@ -70,11 +70,12 @@ class Knobs:
         return self.loop == "overlap"
 
     def hybrid(self) -> dict[str, Any]:
-        """The world options of a hybrid model or a host tier (none for full attention alone)."""
-        if self.host is not None:
-            return {"host": self.host}
+        """The world options of a hybrid model and a host tier (none for full attention alone)."""
+        tier = {} if self.host is None else {"host": self.host}
         if self.mamba_slots is not None:
-            return {"mamba_slots": self.mamba_slots}
+            return {"mamba_slots": self.mamba_slots} | tier
+        if self.host is not None:
+            return tier
         if self.sliding_window is None:
             return {}
         return {"sliding_window": self.sliding_window, "swa_kv_slots": self.swa_kv_slots,

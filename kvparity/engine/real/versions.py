@@ -172,6 +172,9 @@ class VersionEntry:
     # Whether its host pool module imports sgl_kernel.kvcacheio whatever the device (0.5.3 to 0.5.12):
     # imported with a stand-in for that one import (``host_tier.import_host_pool_with_copies``).
     host_pool_imports_kvcacheio: bool = False
+    # Whether kvparity drives a Mamba model's host tier (its states backed up to a host pool of
+    # their own, MambaPoolHost in a HostPoolGroup, page-first layout): "hicache-mamba".
+    host_mamba: bool = False
 
     @property
     def serves_mamba(self) -> bool:
@@ -185,7 +188,8 @@ class VersionEntry:
 
     def serves(self, cache: str) -> bool:
         """Whether kvparity drives this release serving ``cache`` (a name of ``traffic.CACHES``)."""
-        return {"mamba": self.serves_mamba, "hicache": self.host_tier is not None}.get(cache, True)
+        return {"mamba": self.serves_mamba, "hicache": self.host_tier is not None,
+                "hicache-mamba": self.host_mamba}.get(cache, True)
 
     @property
     def prefill_only_possible(self) -> bool:
@@ -301,7 +305,7 @@ CHANGES: tuple[tuple[str, dict[str, object]], ...] = (
         generation="prefix_len", chunk_cache=None, admission="extend_end", prefix_default="none",
         chunk_prefix="none",
     )),
-    ("0.5.23", dict()),
+    ("0.5.23", dict(host_mamba=True)),
 )
 
 # The state-model generations, each with the releases that define it (docs and refusals name them).
