@@ -191,6 +191,7 @@ class Snapshot:
     window: WindowState | None = None  # a sliding-window model's window pool (None: full attention)
     states: MambaState | None = None  # a Mamba model's state pool (None: no Mamba layer)
     host: HostState | None = None  # a host tier's pool (None: no host tier)
+    state_host: HostState | None = None  # a Mamba model's host tier's state pool (its nodes' host states)
 
     # Derived sets, computed once per snapshot: the oracles read each snapshot twice (as the
     # stage's "after", then as the next stage's "before") and several oracles need the same set.
@@ -368,28 +369,40 @@ def window_state(allocator: Any, tree: Any, radix: bool) -> WindowState | None:
         protected_size=int(tree.swa_protected_size()) if radix else 0)
 
 
+# The name of a Mamba model's state pool among a host pool group's (SGLang's PoolName.MAMBA, a str enum).
+STATE_POOL = "mamba"
 # The tokens a cache controller's page transfers brought from storage, counted where kvparity runs
 # its transfer thread's loop (``host_tier``), kept on the controller under this name.
 FETCHED_TOKENS = "kvparity_fetched_tokens"
 
 
-def host_state(host_pool: Any, tree: Any, nodes: list[HostNode]) -> HostState:
-    """A host tier's pool: its free slots (the free list and, from 0.5.20, the freed chunks not yet
-    merged back into it), the tree's nodes holding host KV, and the slots fetches from storage
-    hold (each fetch's, and the pages of one its transfer gives back, not yet released); ``nodes``
-    are the tree's ``HostNode``s."""
+def host_state(host_pool: Any, nodes: list[HostNode], in_flight: set[int], fetched: int = 0) -> HostState:
+    """A host tier's pool (the KV's, or a Mamba model's states'): its free slots (the free list and,
+    from 0.5.20, the freed chunks not yet merged back into it), the tree's nodes holding host
+    values (``HostNode``s), the slots fetches from storage hold, the tokens fetched so far."""
     released = [_host_copy(t) for t in getattr(host_pool, "release_slots", ()) if t is not None]
     free = torch.cat([_host_copy(host_pool.free_slots), *released]) if released else _host_copy(host_pool.free_slots)
+    return HostState(slots=int(host_pool.size), free=tuple(int(s) for s in free.tolist()),
+                     nodes=tuple(nodes), available_size=int(host_pool.available_size()),
+                     in_flight=tuple(sorted(in_flight)), fetched=fetched)
+
+
+def kv_in_flight(tree: Any) -> set[int]:
+    """The host KV slots fetches from storage hold: each fetch's, and the pages one's transfer
+    gives back, not yet released."""
     fetches = [_fetch_operation(entry) for entry in getattr(tree, "ongoing_prefetch", {}).values()]
     fetching = {int(s) for fetch in fetches if fetch.host_indices is not None
                 for s in _host_copy(fetch.host_indices).tolist()}
-    controller = tree.cache_controller
-    releasing = getattr(controller, "host_mem_release_queue", None)
-    fetching |= {int(s) for page in (list(releasing.queue) if releasing is not None else [])
-                 if page is not None for s in _host_copy(page).tolist()}
-    return HostState(slots=int(host_pool.size), free=tuple(int(s) for s in free.tolist()),
-                     nodes=tuple(nodes), available_size=int(host_pool.available_size()),
-                     in_flight=tuple(sorted(fetching)), fetched=int(getattr(controller, FETCHED_TOKENS, 0)))
+    releasing = getattr(tree.cache_controller, "host_mem_release_queue", None)
+    return fetching | {int(s) for page in (list(releasing.queue) if releasing is not None else [])
+                       if page is not None for s in _host_copy(page).tolist()}
+
+
+def state_in_flight(tree: Any) -> set[int]:
+    """The host state slots fetches from storage hold (a fetch's transfers of the Mamba pool)."""
+    return {int(s) for entry in tree.ongoing_prefetch.values() for transfers in entry.comp_xfers.values()
+            for transfer in transfers if transfer.name == STATE_POOL and transfer.host_indices is not None
+            for s in _host_copy(transfer.host_indices).tolist()}
 
 
 def _fetch_operation(entry: Any) -> Any:
@@ -475,7 +488,10 @@ def _world_state(world: Any, radix: bool, reqs: Iterable[Any] = ()) -> dict[str,
         "states": None if getattr(world, "mamba", None) is None else mamba_state(
             world.req_to_token_pool, world.tree_cache, radix, world.state_slots, world.request_rows, reqs),
         "host": None if getattr(world, "host_pool", None) is None else host_state(
-            world.host_pool, world.tree_cache, world.host_nodes()),
+            world.host_pool, world.host_nodes(), kv_in_flight(world.tree_cache),
+            int(getattr(world.tree_cache.cache_controller, FETCHED_TOKENS, 0))),
+        "state_host": None if getattr(world, "state_host_pool", None) is None else host_state(
+            world.state_host_pool, world.state_host_nodes(), state_in_flight(world.tree_cache)),
     }
 
 
@@ -527,6 +543,7 @@ def snapshot_to_plain(snap: Snapshot) -> dict[str, Any]:
         "window": None if snap.window is None else snap.window.to_plain(),
         "states": None if snap.states is None else snap.states.to_plain(),
         "host": None if snap.host is None else snap.host.to_plain(),
+        "state_host": None if snap.state_host is None else snap.state_host.to_plain(),
     }
 
 
@@ -559,4 +576,5 @@ def snapshot_from_plain(data: dict[str, Any]) -> Snapshot:
         window=None if data.get("window") is None else WindowState.from_plain(data["window"]),
         states=None if data.get("states") is None else MambaState.from_plain(data["states"]),
         host=None if data.get("host") is None else HostState.from_plain(data["host"]),
+        state_host=None if data.get("state_host") is None else HostState.from_plain(data["state_host"]),
     )

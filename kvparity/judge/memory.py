@@ -150,20 +150,26 @@ def states_difference(ref: Snapshot, got: Snapshot, exact: bool) -> tuple[str, s
 
 
 def host_difference(ref: Snapshot, got: Snapshot, exact: bool) -> tuple[str, str] | None:
-    """The first way two runs' host tiers differ after an iteration: present in one only, the
-    free host slots, the paths the host keeps and which the device evicted (no renumbering
-    changes these), and, ``exact`` (the same release), which host slots back what."""
-    a, b = ref.host, got.host
-    sizes = _pool_difference("host", a, b, sizes=("available_size",))
+    """The first way two runs' host tiers differ after an iteration (the KV's, then a Mamba
+    model's states'): present in one only, the free host slots, the paths the host keeps and which
+    the device evicted (no renumbering changes these), and, ``exact`` (the same release), which
+    host slots back what."""
+    return (_host_pool_difference("host", ref.host, got.host, exact)
+            or _host_pool_difference("state host", ref.state_host, got.state_host, exact))
+
+
+def _host_pool_difference(name: str, a: HostState | None, b: HostState | None,
+                          exact: bool) -> tuple[str, str] | None:
+    sizes = _pool_difference(name, a, b, sizes=("available_size",))
     if sizes is not None or a is None or b is None:
         return sizes
     shape_a = [(n.extra_key, n.path, len(n.host), n.device is None) for n in a.nodes]
     shape_b = [(n.extra_key, n.path, len(n.host), n.device is None) for n in b.nodes]
     if shape_a != shape_b:
-        return "host nodes", (f"{len(shape_b)} nodes, {b.host_only_tokens} tokens on the host alone, against the "
+        return f"{name} nodes", (f"{len(shape_b)} nodes, {b.host_only_tokens} tokens on the host alone, against the "
                               f"reference's {len(shape_a)} and {a.host_only_tokens}")
     if exact and (a.nodes, sorted(a.free)) != (b.nodes, sorted(b.free)):
-        return "host slots", "the same nodes back other host slots"
+        return f"{name} slots", "the same nodes back other host slots"
     return None
 
 

@@ -67,10 +67,12 @@ def hybrid_pools_conserved(after: Snapshot) -> list[str]:
 
 
 def host_tier_problems(after: Snapshot) -> list[str]:
-    """A host tier's pool and nodes (none without one): ``host_slots_conserved``, ``host_nodes_consistent``."""
+    """A host tier's pool and nodes (none without one): ``host_slots_conserved``, ``host_nodes_consistent``;
+    a Mamba model's state host pool conserved too (a node's one host state is no per-token copy)."""
     if after.host is None:
         return []
-    return host_slots_conserved(after.host) + host_nodes_consistent(after.host, after.tree)
+    states = [] if after.state_host is None else [f"states: {p}" for p in host_slots_conserved(after.state_host)]
+    return host_slots_conserved(after.host) + host_nodes_consistent(after.host, after.tree) + states
 
 
 def host_slots_conserved(host: HostState) -> list[str]:

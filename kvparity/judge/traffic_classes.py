@@ -4,6 +4,7 @@ what the scheduler decided, not what the scenario meant it to."""
 
 from __future__ import annotations
 
+from kvparity.engine.snapshot import HostState
 from kvparity.engine.traffic_run import TrafficRun
 from kvparity.model.classes import (
     TRAFFIC_BUDGET_STOP,
@@ -19,6 +20,7 @@ from kvparity.model.classes import (
     TRAFFIC_RETRACTED_HIT,
     TRAFFIC_RETRACTION,
     TRAFFIC_STATE_EVICTED,
+    TRAFFIC_STATE_LOAD_BACK,
     TRAFFIC_STATE_RESTORED,
     TRAFFIC_STATE_RETRACTED_RESTORED,
     TRAFFIC_STATE_RETRACTION,
@@ -71,11 +73,10 @@ def host_classes(result: TrafficRun) -> set[str]:
     for rec, snap in zip(result.decisions, result.memory):
         if snap.host is None:
             return found
-        now = {(node.extra_key, node.path): node.device is None for node in snap.host.nodes}
+        now = _on_the_host_alone(snap.host)
         if any(now.values()):
             found.add(TRAFFIC_HOST_DEMOTED)
-        hit = rec.mode == "EXTEND" and any(n > 0 for n in rec.prefix_lens)
-        if hit and any(alone and now.get(path) is False for path, alone in before.items()):
+        if _loaded_back(rec, before, now):
             found.add(TRAFFIC_HOST_LOAD_BACK)
         if set(before) - set(now):
             found.add(TRAFFIC_HOST_EVICTED)
@@ -84,7 +85,33 @@ def host_classes(result: TrafficRun) -> set[str]:
         if snap.host.in_flight or snap.host.fetched:
             found.add(TRAFFIC_STORAGE_HIT)
         before = now
-    return found
+    return found | _state_load_backs(result)
+
+
+def _state_load_backs(result: TrafficRun) -> set[str]:
+    """A Mamba model's state the host kept alone (no device slot) holding a device slot again after
+    an iteration with a hit: loaded back."""
+    before: dict[tuple[str | None, tuple[int, ...]], bool] = {}
+    for rec, snap in zip(result.decisions, result.memory):
+        if snap.state_host is None:
+            return set()
+        now = _on_the_host_alone(snap.state_host)
+        if _loaded_back(rec, before, now):
+            return {TRAFFIC_STATE_LOAD_BACK}
+        before = now
+    return set()
+
+
+def _on_the_host_alone(host: HostState) -> dict[tuple[str | None, tuple[int, ...]], bool]:
+    """Each node a host pool backs, by (extra key, path): whether the device has evicted it."""
+    return {(node.extra_key, node.path): node.device is None for node in host.nodes}
+
+
+def _loaded_back(rec: Decision, before: dict[tuple[str | None, tuple[int, ...]], bool],
+                 now: dict[tuple[str | None, tuple[int, ...]], bool]) -> bool:
+    """An iteration with a hit after which a node the host kept alone holds device slots again."""
+    hit = rec.mode == "EXTEND" and any(n > 0 for n in rec.prefix_lens)
+    return hit and any(alone and now.get(path) is False for path, alone in before.items())
 
 
 def window_classes(result: TrafficRun) -> set[str]:

@@ -89,8 +89,9 @@ TRAFFIC_HOST_LOAD_BACK = "traffic: a prefix hit loaded back from the host (host 
 TRAFFIC_HOST_EVICTED = "traffic: host KV evicted (host tier)"
 TRAFFIC_HOST_RETRACTION = "traffic: retraction with a host tier"
 TRAFFIC_STORAGE_HIT = "traffic: a prefix fetched from storage to the host (host tier, file backend)"
+TRAFFIC_STATE_LOAD_BACK = "traffic: a Mamba state the host kept alone loaded back (host tier)"
 TRAFFIC_HOST = (TRAFFIC_HOST_DEMOTED, TRAFFIC_HOST_LOAD_BACK, TRAFFIC_HOST_EVICTED, TRAFFIC_HOST_RETRACTION,
-                TRAFFIC_STORAGE_HIT)
+                TRAFFIC_STORAGE_HIT, TRAFFIC_STATE_LOAD_BACK)
 
 
 def _ceil(a: int, b: int) -> int:

@@ -18,7 +18,8 @@ LOOPS = ("normal", "overlap")
 # linear (Mamba) model (issue 34).
 CACHES = ("full", "swa", "mamba", "hicache", "hicache-mamba")
 CACHE_NAMES = {"full": "full attention", "swa": "sliding window", "mamba": "Mamba",
-               "hicache": "host tier (HiCache)", "hicache-mamba": "Mamba with a host tier"}  # as reports name them
+               "hicache": "host tier (HiCache)", "hicache-mamba": "Mamba host tier (HiCache)"}  # as reports name them
+HOST_CACHES = ("hicache", "hicache-mamba")  # the models served with a host tier
 # What a real release pair's check serves unless --caches says: every model, no host tier (a
 # server option of its own, which multiplies the check's time: asked for by name).
 DEFAULT_CACHES = ("full", "swa", "mamba")

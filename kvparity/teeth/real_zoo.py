@@ -189,6 +189,11 @@ REAL_HOST_MUTANTS: tuple[RealMutant, ...] = (
                "                if self.temporal_state_elem_size > 0:\n                    self._copy_tensor_pf_lf(\n",
                "                if self.temporal_state_elem_size < 0:\n                    self._copy_tensor_pf_lf(\n",
                against="0.5.23"),
+    RealMutant("hicache-mamba-host-state-leaked",
+               "a Mamba model's host eviction drops a node's host state without freeing its host slot",
+               "0.5.23", f"{_MEM}/unified_cache/components/mamba.py",
+               "            host_frees[self.component_type].append(cd.host_value)\n            cd.host_value = None\n",
+               "            cd.host_value = None\n", against="0.5.23"),
     # HiRadixCache (0.5.15 to 0.5.18): the host tier of a radix tree of its own.
     RealMutant("hiradix-load-back-skips-copy",
                "HiRadixCache's load-back gives the request device slots for the prefix the host keeps, but copies "

@@ -15,7 +15,12 @@ from kvparity.judge.memory import run_problems
 from kvparity.judge.oracles import host_nodes_consistent, host_slots_conserved
 from kvparity.judge.traffic_classes import host_classes
 from kvparity.model.canary import UNSTAMPED
-from kvparity.model.classes import TRAFFIC_HOST_DEMOTED, TRAFFIC_HOST_LOAD_BACK, TRAFFIC_STORAGE_HIT
+from kvparity.model.classes import (
+    TRAFFIC_HOST_DEMOTED,
+    TRAFFIC_HOST_LOAD_BACK,
+    TRAFFIC_STATE_LOAD_BACK,
+    TRAFFIC_STORAGE_HIT,
+)
 from kvparity.model.scenario import Decode, Evict, Extend, RequestSpec, Scenario
 from kvparity.model.traffic import Arrival, ServerConfig, TrafficScenario, traffic_geometry
 from kvparity.model.worlds import Geometry
@@ -201,11 +206,33 @@ def reclaim_scenario() -> TrafficScenario:
                                     (Arrival("f2", tuple(range(202000, 202059)), 1),), burst))
 
 
+def mamba(scenario: TrafficScenario) -> TrafficScenario:
+    """``scenario`` served by a Mamba model (12 state slots): its states backed up to the host too."""
+    return TrafficScenario(dataclasses.replace(scenario.config, mamba_slots=12), scenario.arrivals)
+
+
+@pytest.mark.parametrize("release", ["0.5.18", "0.5.23"])
+def test_a_mamba_models_state_is_loaded_back_from_the_host_with_its_kv(release_workers, release):
+    """A Mamba model's host tier (``hicache-mamba``): a's KV and its state after 40 tokens go to
+    the host when b and c take the device; d hits a's prompt there and both come back. The state
+    canary: d's state slot holds exactly the state after a's 40 tokens (``_played`` asserts no
+    canary read is wrong), and the state host pool conserves its slots after every iteration."""
+    run = _played(release_workers, release, mamba(load_back_scenario()))
+    hits = {rid: hit for rec in run.decisions if rec.mode == "EXTEND" for rid, hit in zip(rec.rids, rec.prefix_lens)}
+    assert hits["d"] == 40
+    assert {TRAFFIC_HOST_LOAD_BACK, TRAFFIC_STATE_LOAD_BACK} <= host_classes(run)
+    assert all(snap.state_host is not None for snap in run.memory)
+
+
 @pytest.mark.parametrize(("name", "scenario", "kind", "what"), [
     ("hicache-load-back-skips-copy", load_back_scenario, "canary", "which holds token 2016 at position 16 of b; its own token 100"),
     ("hicache-demotion-pruned", load_back_scenario, "memory", "host available_size: 89 != 49"),
     ("hicache-host-slots-freed-twice", host_eviction_scenario, "decision", "AssertionError: Double-free detected"),
     ("hicache-host-evicted-during-load-back", reclaim_scenario, "memory", "host available_size: 38 != 34"),
+    ("hicache-mamba-state-load-skips-copy", lambda: mamba(load_back_scenario()), "canary",
+     "request d (row 4) read state slot 7, which holds the empty state"),
+    ("hicache-mamba-host-state-leaked", lambda: mamba(host_eviction_scenario()), "oracle",
+     "states: host slots neither free, nor backing a node, nor fetched from storage (leaked): [0]"),
     ("hiradix-load-back-skips-copy", load_back_scenario, "canary", "which holds token 2016 at position 16 of b"),
     ("hiradix-demotion-pruned", load_back_scenario, "oracle", "host slots neither free, nor backing a node"),
 ])
@@ -217,7 +244,9 @@ def test_a_host_tier_mutant_of_a_release_is_caught(mutant_judged, name, scenario
     the iteration b evicts a); host slots released twice stop the release on its own assertion
     (its run ends early); write-back's reclaim taking host copies that are locked frees host
     slots the release keeps (the host tier's memory). HiRadixCache's prune deletes the node and
-    leaves its host copy allocated: slots no node backs (the host oracle)."""
+    leaves its host copy allocated: slots no node backs (the host oracle). A Mamba model's
+    load-back that copies no state leaves d's state slot empty (the state canary); a host eviction
+    that drops a node's host state without freeing it leaks the state host slot (the oracle)."""
     judgement, ours = mutant_judged(name, scenario())
     assert judgement.kind == kind, judgement.line()
     seen = [judgement.line(), *(read.line() for read in judgement.canary), ours.error.message if ours.error else ""]
@@ -273,13 +302,19 @@ def harness_load_back() -> Scenario:
                     (Extend(admit=("r0",)), Decode(finish=("r0",)), Evict(64), Extend(admit=("r1",))))
 
 
-@pytest.mark.parametrize("name", ["hiradix-load-back-skips-copy", "hicache-load-back-skips-copy"])
-def test_the_harness_drive_loads_a_host_hit_back_and_reads_it(tmp_path, name):
+@pytest.mark.parametrize(("name", "model", "read"), [
+    ("hiradix-load-back-skips-copy", "hicache", "KV canary"),
+    ("hicache-load-back-skips-copy", "hicache", "KV canary"),
+    ("hicache-mamba-state-load-skips-copy", "hicache-mamba", "read state slot"),
+])
+def test_the_harness_drive_loads_a_host_hit_back_and_reads_it(tmp_path, name, model, read):
     """With ``--caches hicache`` kvparity's loop makes a server's host-tier calls (its events as a
     pass starts, the load-back of a host hit before the cut, the load started as the batch
     forms), on HiRadixCache (0.5.15) and on UnifiedRadixCache's tier in the prefix-length state
     model (0.5.23): the release restores r0's KV for r1; the copy whose load-back copies nothing
-    is caught by the canary reading what the device slots held before."""
+    is caught by the canary reading what the device slots held before. A Mamba model's
+    (``--caches hicache-mamba``) loads r0's state back too: the copy that copies no state is
+    caught by the canary of its state slot."""
     from kvparity.engine.real.install import resolve
     from kvparity.engine.real.lane import RealLane
     from kvparity.run.runner import run_scenario
@@ -287,8 +322,8 @@ def test_the_harness_drive_loads_a_host_hit_back_and_reads_it(tmp_path, name):
 
     mutant = REAL_MUTANTS_BY_NAME[name]
     copy = make_mutated_copy(resolve(mutant.version), mutant, tmp_path / mutant.name)
-    with RealLane([mutant.against, str(copy)], ("torch",), model="hicache") as lane:
+    with RealLane([mutant.against, str(copy)], ("torch",), model=model) as lane:
         result = run_scenario(harness_load_back(), (("legacy", "torch"),), lane=lane, real_reference=True)
     lines = [v.line() for v in result.violations]
     assert lines and all(v.world == f"{name}@{mutant.version}/torch" for v in result.violations), lines
-    assert "KV canary" in lines[0] and "r1" in lines[0], lines
+    assert read in lines[0] and "r1" in lines[0], lines

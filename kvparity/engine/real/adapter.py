@@ -26,7 +26,7 @@ import torch
 
 from kvparity.engine.canary import LaneStore, StateView
 from kvparity.engine.real import RealSGLangError
-from kvparity.engine.real.host_tier import KV_LANES, HostTier, hiradix_cache, host_pool
+from kvparity.engine.real.host_tier import KV_LANES, HostTier, hiradix_cache, host_pool, state_host_pool
 from kvparity.engine.real.host_tier import attach as attach_host_tier
 from kvparity.engine.real.hybrid_pools import (
     MAMBA_CACHE_CHUNK_SIZE,
@@ -41,7 +41,7 @@ from kvparity.engine.real.hybrid_pools import (
 )
 from kvparity.engine.real.names import lookup as _lookup
 from kvparity.engine.real.names import optional as _optional
-from kvparity.engine.real.unified_tree import host_nodes, unified_tree_nodes
+from kvparity.engine.real.unified_tree import host_nodes, state_host_nodes, unified_tree_nodes
 from kvparity.engine.real.versions import UNIFIED_RADIX_CACHE, VersionEntry
 from kvparity.engine.snapshot import (
     HostNode,
@@ -376,7 +376,8 @@ class RealWorld:
                                   f"{('radix', 'unified') if unified else ('radix',)}")
         if hybrid and cache_kind == "chunk":
             raise RealSGLangError("a hybrid model's chunk cache (radix cache disabled) is not driven yet")
-        host_tree = {"unified": "unified", "hiradix": "radix"}.get(entry.host_tier or "")
+        # A Mamba model's host tier is UnifiedRadixCache's wherever its tree is (0.5.16+).
+        host_tree = "unified" if self.mamba is not None else {"unified": "unified", "hiradix": "radix"}.get(entry.host_tier or "")
         if self.host is not None and self.tree_class != host_tree:
             raise RealSGLangError(f"tree_class={self.tree_class!r}: SGLang {entry.version}'s host tier is "
                                   f"{entry.host_tier}'s, on its {host_tree} tree")
@@ -439,6 +440,8 @@ class RealWorld:
             self.host_pool = attach_host_tier(self.tree_cache, self.server_args, self._cache_init_params, self.host)
         elif self.host is not None:
             self.host_pool = host_pool(self.tree_cache)
+        # A Mamba model's host tier backs its states up to a host pool of their own.
+        self.state_host_pool = None if self.host is None or self.mamba is None else state_host_pool(self.tree_cache)
 
     def _full_attention_pools(self) -> None:
         sg, g = self.sg, self.geometry
@@ -753,6 +756,10 @@ class RealWorld:
         if self.tree_class == "unified":
             return host_nodes(self.tree_cache)
         return _radix_host_nodes(self.tree_cache)
+
+    def state_host_nodes(self) -> list[HostNode]:
+        """A Mamba model's host tier's nodes holding a host state (``HostNode``), by path."""
+        return state_host_nodes(self.tree_cache)
 
     def all_tree_slots(self, cache: Any = None) -> list[int]:
         """Every slot the tree holds, depth first over sorted children (kvparity's order)."""

@@ -86,6 +86,10 @@ CHANGES: tuple[Change, ...] = (
            "SWARadixCache's 3 for one request decoding 32 tokens under a window of 8, and another window evictable "
            "size); when a Mamba state eviction removes a leaf, its parent left without a state (no match can end there) "
            "keeps its KV, evictable, where MambaRadixCache frees it too (kvparity matrix --caches swa,mamba)"),
+    Change("0.5.16", BEHAVIOUR, "with a storage tier (HiRadixCache), a prefetch takes host slots only for what the "
+           "storage query found, on the scheduler's thread after the query (prefetch_hit_queue), where 0.5.15 took "
+           "slots for the whole unmatched prompt as the request arrived and gave back what the query missed an "
+           "iteration later: 0.5.15's host has fewer free slots meanwhile"),
     Change("0.5.17", BEHAVIOUR, "evict_from_tree_cache evicts only the shortfall (num_tokens - available_size) instead "
            "of num_tokens, so a retraction or an allocation keeps more of the tree",
            undo=("sglang/srt/mem_cache/common.py",
@@ -109,6 +113,11 @@ CHANGES: tuple[Change, ...] = (
     Change("0.5.19", BEHAVIOUR, "the request's row and KV lengths move to req.kv (ReqKvInfo); the scheduler builds "
            "UnifiedRadixCache on the plain path (on its Python tree core), which kvparity drives from this release on "
            "(RadixCache stays selectable)"),
+    Change("0.5.19", BEHAVIOUR, "with a host tier, UnifiedRadixCache's backup that finds the host full evicts only "
+           "the host's shortfall (_execute_kv_backup: kv_tokens - host_avail) where HiRadixCache's evicted as many "
+           "host tokens as the backup holds (write_backup: evict_host(len(node.value))), so the host keeps more; the "
+           "two trees' host evictions differ beyond that (that one line undone, 13, 14, 14 and 12 of 40 scenarios "
+           "still differ, against 16, 17, 31 and 35)"),
     Change("0.5.20", RENUMBERING, "free pages are sorted near exhaustion whatever need_sort says; the torch allocation "
            "fallback is vectorised", "#37938"),
     Change("0.5.21", BEHAVIOUR, "cache_finished_req is gone: release_kv_cache inserts (insert_req), frees the row's own "

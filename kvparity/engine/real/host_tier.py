@@ -62,7 +62,7 @@ import torch
 
 from kvparity.engine.real import RealSGLangError
 from kvparity.engine.real.names import lookup
-from kvparity.engine.snapshot import FETCHED_TOKENS
+from kvparity.engine.snapshot import FETCHED_TOKENS, STATE_POOL
 
 # A HiCache world's KV: float32, head_dim KV_LANES (the canary's lanes, ``LaneStore``, need 7).
 KV_LANES = 8
@@ -70,7 +70,8 @@ KV_LANES = 8
 # live: ``pool_host`` from 0.5.14 and 0.5.16, ``memory_pool_host`` before.
 _ALLOC_TABLES = ("sglang.srt.mem_cache.pool_host.common", "sglang.srt.mem_cache.memory_pool_host")
 _MHA_POOLS = ("sglang.srt.mem_cache.pool_host.mha", "sglang.srt.mem_cache.memory_pool_host")
-# Where a Mamba model's state host pool lives (0.5.18+).
+# Where a Mamba model's state host pool lives (0.5.18+; 0.5.16 and 0.5.17's, in ``memory_pool_host``,
+# are not driven: their UnifiedRadixCache's nodes list no load-back).
 _MAMBA_POOLS = ("sglang.srt.mem_cache.pool_host.mamba",)
 _HIRADIX = "sglang.srt.mem_cache.hiradix_cache:HiRadixCache"
 _CONTROLLER = "sglang.srt.managers.cache_controller"
@@ -389,6 +390,11 @@ def host_pool(tree: Any) -> Any:
     host = tree.cache_controller.mem_pool_host
     anchor = getattr(host, "anchor_entry", None)
     return anchor.host_pool if anchor is not None else host
+
+
+def state_host_pool(tree: Any) -> Any:
+    """A Mamba model's state host pool: its host pool group's entry of that name."""
+    return tree.cache_controller.mem_pool_host.entry_map[STATE_POOL].host_pool
 
 
 # --------------------------------------------------------------------------- slow transfers

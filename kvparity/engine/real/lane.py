@@ -22,7 +22,7 @@ from kvparity.engine.real.play import STEP_MARK
 from kvparity.engine.real.worker import RealWorker, RemoteError, WorkerDied, WorkerHung
 from kvparity.engine.snapshot import Snapshot, snapshot_from_plain
 from kvparity.model.scenario import Scenario, scenario_to_dict
-from kvparity.model.traffic import EVERY_HOST_TIER, HostOffer
+from kvparity.model.traffic import EVERY_HOST_TIER, HOST_CACHES, HostOffer
 from kvparity.model.worlds import WorldId
 
 BACKENDS = ("triton", "torch")
@@ -101,17 +101,18 @@ def model_options(model: str, geometry: Any, host_offer: HostOffer = EVERY_HOST_
     """The world options of a hybrid model sized for ``geometry``: a Mamba model's state slots (the
     fewest a server runs its rows with), a sliding-window model's window and its default window
     pool, a host tier's ``HARNESS_HOST`` (``HARNESS_LARGER_HOST`` where ``host_offer`` takes no
-    smaller host pool)."""
-    from kvparity.model.traffic import MAMBA_SLOTS_PER_REQUEST, window_slots
+    smaller host pool), and a Mamba model's with a host tier both."""
+    from kvparity.model.traffic import HOST_CACHES, MAMBA_SLOTS_PER_REQUEST, window_slots
 
-    if model == "mamba":
-        return {"mamba_slots": MAMBA_SLOTS_PER_REQUEST * geometry.pool_rows}
+    options: dict[str, Any] = {}
+    if model in ("mamba", "hicache-mamba"):
+        options["mamba_slots"] = MAMBA_SLOTS_PER_REQUEST * geometry.pool_rows
     if model == "swa":
-        return {"sliding_window": HARNESS_WINDOW, "swa_eviction_interval": HARNESS_EVICTION_INTERVAL,
-                "swa_kv_slots": max(geometry.page_size, window_slots(geometry.kv_slots, geometry.page_size, None))}
-    if model == "hicache":
-        return {"host": dict(HARNESS_HOST if host_offer.smaller else HARNESS_LARGER_HOST)}
-    return {}
+        options |= {"sliding_window": HARNESS_WINDOW, "swa_eviction_interval": HARNESS_EVICTION_INTERVAL,
+                    "swa_kv_slots": max(geometry.page_size, window_slots(geometry.kv_slots, geometry.page_size, None))}
+    if model in HOST_CACHES:
+        options["host"] = dict(HARNESS_HOST if host_offer.smaller else HARNESS_LARGER_HOST)
+    return options
 
 
 class RealLane:
@@ -144,7 +145,7 @@ class RealLane:
         ) + tuple(
             WorldId(label, b, source.entry.family, source.entry.version, PYTHON_TREE)
             for label, source in zip(self.labels, self.sources) for b in self.backends
-            if tree_core_variants and len(source.entry.tree_cores) > 1 and model != "hicache"
+            if tree_core_variants and len(source.entry.tree_cores) > 1 and model not in HOST_CACHES
         )
         self.names = tuple(str(world) for world in self.ids)
         self.kernels: dict[str, dict[str, str]] = {}  # world name -> which kernels it ran (0.5.22+ report them)

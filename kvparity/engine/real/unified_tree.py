@@ -118,7 +118,8 @@ def _python_nodes(core: Any, full: Any) -> list[NodeEntry]:
 
 
 def _walk(core: Any, full: Any) -> Iterator[tuple[Any, tuple[int, ...], Any]]:
-    """Every non-root node of the Python core, its full token path and its FULL component."""
+    """Every non-root node of the Python core, its full token path and its component ``full`` (the
+    FULL one, unless another is asked for)."""
     stack: list[tuple[Any, tuple[int, ...]]] = [(child, ()) for child in core.root_node.children.values()]
     while stack:
         node, prefix = stack.pop()
@@ -140,6 +141,20 @@ def host_nodes(cache: Any) -> list[HostNode]:
                     node.key.extra_key)
            for node, path, data in _walk(_core(cache), _components(cache)[0])
            if data.host_value is not None or node.load_back_pending_id is not None]
+    return in_tree_order(out)
+
+
+def state_host_nodes(cache: Any) -> list[HostNode]:
+    """A Mamba model's nodes with a host state (``HostNode``: its one host slot, its device state
+    slot or None), sorted by path (the Python core)."""
+    if tree_core_kind(cache) != "python":
+        raise UnifiedTreeUnsupported("a host tier's nodes are read from the Python tree core only")
+    mamba = _components(cache)[1]
+    out = [HostNode(path, tuple(int(v) for v in data.host_value.tolist()),
+                    None if data.value is None else tuple(int(v) for v in data.value.tolist()),
+                    node.write_through_pending_id is not None, node.load_back_pending_id is not None,
+                    node.key.extra_key)
+           for node, path, data in _walk(_core(cache), mamba) if data.host_value is not None]
     return in_tree_order(out)
 
 

@@ -173,7 +173,8 @@ class VersionEntry:
     # imported with a stand-in for that one import (``host_tier.import_host_pool_with_copies``).
     host_pool_imports_kvcacheio: bool = False
     # Whether kvparity drives a Mamba model's host tier (its states backed up to a host pool of
-    # their own, MambaPoolHost in a HostPoolGroup, page-first layout): "hicache-mamba".
+    # their own, MambaPoolHost, page-first layout; UnifiedRadixCache.init_hicache): "hicache-mamba"
+    # (0.5.18+; 0.5.16 and 0.5.17's tree nodes list no load-back).
     host_mamba: bool = False
 
     @property
@@ -292,7 +293,7 @@ CHANGES: tuple[tuple[str, dict[str, object]], ...] = (
         alloc_extend_caller=f"{_ALLOCATION}:alloc_paged_token_slots_extend",
     )),
     ("0.5.17", dict(component_types="sglang.srt.mem_cache.unified_cache.component_type:ComponentType")),
-    ("0.5.18", dict(release_req_params=_RELEASE_REQ + ("offload_kv",))),
+    ("0.5.18", dict(release_req_params=_RELEASE_REQ + ("offload_kv",), host_mamba=True)),
     ("0.5.19", dict(
         release_req_params=("idx", "remaing_req_count", "offload_kv"), req_kv_info=True,
         protected_len_field="kv.cache_protected_len",
@@ -305,7 +306,7 @@ CHANGES: tuple[tuple[str, dict[str, object]], ...] = (
         generation="prefix_len", chunk_cache=None, admission="extend_end", prefix_default="none",
         chunk_prefix="none",
     )),
-    ("0.5.23", dict(host_mamba=True)),
+    ("0.5.23", dict()),
 )
 
 # The state-model generations, each with the releases that define it (docs and refusals name them).
