@@ -75,9 +75,10 @@ def add(commands: argparse._SubParsersAction, parser_class: type) -> None:
                           f"(default {DEFAULT_TRAFFIC_EXAMPLES})")
     sub.add_argument("--caches", type=caches_option, default=None, metavar="C[,C...]",
                      help="the models scheduler-driven tasks serve, of full (full attention), swa (a sliding-window "
-                          "model), mamba (a hybrid linear model) and hicache (full attention with a host tier, "
-                          "0.5.19+); default: full, swa and mamba where both releases serve them (the hybrid ones "
-                          "and hicache real release against real release only)")
+                          "model), mamba (a hybrid linear model), hicache (full attention with a host tier) and "
+                          "hicache-mamba (a Mamba model with a host tier, 0.5.18+); default: full, swa and mamba "
+                          "where both releases serve them (the hybrid ones and the host tiers real release against "
+                          "real release only)")
     sub.add_argument("--undo-changes", action="store_true", default=None,
                      help="play --sglang B with its own changes that kvparity names since --against A undone "
                           "(kvparity/engine/real/changes.py: those that say how); parity then says the two releases "

@@ -224,6 +224,18 @@ def test_a_mamba_models_state_is_loaded_back_from_the_host_with_its_kv(release_w
     assert all(snap.state_host is not None for snap in run.memory)
 
 
+def test_a_host_tier_serves_full_attention_or_a_mamba_model_and_names_what_it_refuses(release_workers):
+    """A sliding-window model's host tier is not driven (refused by the scenario); a Mamba model's
+    is from 0.5.18, and refused by name before (0.5.17's tree nodes list no load-back)."""
+    from kvparity.engine.real.worker import RemoteError
+
+    with pytest.raises(ValueError, match="full attention and Mamba models only"):
+        ServerConfig(kv_slots=64, sliding_window=8, hicache_ratio=2.0)
+    config, arrivals = mamba(load_back_scenario()).to_plain()
+    with pytest.raises(RemoteError, match="a Mamba model's host tier is not driven for this release"):
+        release_workers("0.5.17").call("run_traffic", config=config, arrivals=arrivals)
+
+
 @pytest.mark.parametrize(("name", "scenario", "kind", "what"), [
     ("hicache-load-back-skips-copy", load_back_scenario, "canary", "which holds token 2016 at position 16 of b; its own token 100"),
     ("hicache-demotion-pruned", load_back_scenario, "memory", "host available_size: 89 != 49"),
