@@ -1,13 +1,16 @@
 """A HiCache world's host tier (issue 35): ``--enable-hierarchical-cache`` keeps KV the device
 evicts in a host pool, and loads it back on a prefix hit. Driven as a server of the release builds
 it (``VersionEntry.host_tier``): ``HiRadixCache``, a radix tree with its own host tier (0.5.3 to
-0.5.18, ``hiradix_cache``), or ``UnifiedRadixCache.init_hicache`` (0.5.19+, ``attach``).
+0.5.18, ``hiradix_cache``), or ``UnifiedRadixCache.init_hicache`` (0.5.19+, ``attach``; a Mamba
+model's from 0.5.18, whose states a host pool of their own backs up, ``state_host_pool``).
 
 What a CPU lacks, and what stands in for it (all kvparity's, installed on the release's modules):
 
 - the device-host copies: SGLang's ``sgl_kernel.kvcacheio.transfer_kv_direct`` (the copy of io
   backend "direct", layer-first layout), bound in the host pool's module on CUDA only: a torch
-  gather/scatter doing the same copy, ``_transfer_kv_direct``;
+  gather/scatter doing the same copy, ``_transfer_kv_direct``; and for a Mamba model's tier, whose
+  state host pool takes only a page-first layout, the page-first direct copies
+  (``_transfer_kv_per_layer_direct_pf_lf``, ``_transfer_kv_all_layer_direct_lf_pf``);
 - the host buffer: the default allocator of device "cpu" registers it with ``cudaHostRegister``:
   the host pool's own allocator, unpinned;
 - streams and events need nothing: on a CPU SGLang takes ``torch.cpu``'s, whose events are done
