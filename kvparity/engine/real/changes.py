@@ -118,6 +118,9 @@ CHANGES: tuple[Change, ...] = (
            "host tokens as the backup holds (write_backup: evict_host(len(node.value))), so the host keeps more; the "
            "two trees' host evictions differ beyond that (that one line undone, 13, 14, 14 and 12 of 40 scenarios "
            "still differ, against 16, 17, 31 and 35)"),
+    Change("0.5.20", BEHAVIOUR, "with a storage tier, a Mamba model's prefetch takes its state host slots at hit "
+           "time, next to the KV's, so the storage query holds no host memory, where 0.5.19 took them as the prefetch "
+           "started and gave them back after the query (its state host pool has a slot fewer free meanwhile)"),
     Change("0.5.20", RENUMBERING, "free pages are sorted near exhaustion whatever need_sort says; the torch allocation "
            "fallback is vectorised", "#37938"),
     Change("0.5.21", BEHAVIOUR, "cache_finished_req is gone: release_kv_cache inserts (insert_req), frees the row's own "
