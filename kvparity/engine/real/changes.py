@@ -59,6 +59,15 @@ CHANGES: tuple[Change, ...] = (
     Change("0.5.4", RENUMBERING, "Req.reset_for_retract keeps req_pool_idx (the row is free all the same)"),
     Change("0.5.5.post1", BEHAVIOUR, "release lengths follow kv_committed_len (aborted or mid-chunk requests release only "
            "what they were given); one access time per matched path (LRU ties)", "#12224"),
+    Change("0.5.5.post3", BEHAVIOUR, "a host tier's host pool is sized up to whole pages and a page more "
+           "(page_num = size // page_size + 1) where 0.5.5.post2 cut it down to whole pages: a page more host slots",
+           undo=("sglang/srt/mem_cache/memory_pool_host.py",
+                 "        # Align up the host memory pool size to the page size\n"
+                 "        self.page_num = self.size // self.page_size + 1\n"
+                 "        self.size = self.page_num * self.page_size\n",
+                 "        # Align the host memory pool size to the page size\n"
+                 "        self.size = self.size - (self.size % self.page_size)\n"
+                 "        self.page_num = self.size // self.page_size\n")),
     Change("0.5.6", BEHAVIOUR, "regression: RadixCache.cache_finished_req keys on req.fill_ids, so the tokens a request "
            "decoded are not inserted into the tree at finish (their slots are freed); fixed in 0.5.9"),
     Change("0.5.6", BEHAVIOUR, "cached_tokens and already_computed are updated only until a request is first retracted "
