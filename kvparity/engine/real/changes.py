@@ -84,6 +84,14 @@ CHANGES: tuple[Change, ...] = (
            "exact ties)"),
     Change("0.5.10", BEHAVIOUR, "retract_decode aborts the last request when even it does not fit, instead of raising",
            "#19881"),
+    Change("0.5.10", BEHAVIOUR, "with a host tier (HiRadixCache), update_running_batch acknowledges finished "
+           "write-through backups before its decode memory check (flush_write_through_acks), so their nodes are "
+           "evictable in that pass, not from the next one's check_hicache_events",
+           undo=("sglang/srt/managers/scheduler.py",
+                 "        # Eagerly release lock_ref on completed write-through nodes so they\n"
+                 "        # become evictable, improving batch scheduling headroom.\n"
+                 "        if self.enable_hierarchical_cache:\n            self.tree_cache.flush_write_through_acks()\n\n",
+                 "")),
     Change("0.5.11", RENUMBERING, "row 0 of req_to_token is reserved as padding: rows are 1..size", "#24243"),
     Change("0.5.13", BEHAVIOUR, "the PrefillAdder recomputes extend_logprob_start_len (set_extend_input_len) for the "
            "chunked request's next chunk too; fill_ids become full_untruncated_fill_ids up to fill_len"),
