@@ -67,7 +67,7 @@ def traffic_classes(scenario: TrafficScenario, result: TrafficRun) -> set[str]:
 def host_classes(result: TrafficRun) -> set[str]:
     """A host tier's shapes the run met (none without one): device KV kept on the host alone, a
     node the host kept alone holding device KV again after an iteration with a hit (loaded back),
-    a node's host KV gone (host eviction), a retraction, host slots a fetch from storage holds."""
+    a node's host KV gone (host eviction), a retraction, tokens fetched from storage."""
     found: set[str] = set()
     before: dict[tuple[str | None, tuple[int, ...]], bool] = {}  # (extra key, path) -> on the host alone
     for rec, snap in zip(result.decisions, result.memory):
@@ -82,7 +82,7 @@ def host_classes(result: TrafficRun) -> set[str]:
             found.add(TRAFFIC_HOST_EVICTED)
         if rec.retracted:
             found.add(TRAFFIC_HOST_RETRACTION)
-        if snap.host.in_flight or snap.host.fetched:
+        if snap.host.fetched:  # tokens brought from storage (slots held for a fetch may find nothing there)
             found.add(TRAFFIC_STORAGE_HIT)
         before = now
     return found | _state_load_backs(result)

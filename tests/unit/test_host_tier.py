@@ -173,6 +173,7 @@ def test_a_prefix_the_host_evicted_is_fetched_from_storage_and_loaded_back(relea
     assert [len(slots) for slots in waiting] == [40]
     hits = {rid: hit for rec in run.decisions if rec.mode == "EXTEND" for rid, hit in zip(rec.rids, rec.prefix_lens)}
     assert hits["d"] == 40
+    assert run.memory[-1].host.fetched == 40
     assert TRAFFIC_STORAGE_HIT in host_classes(run)
 
 

@@ -568,16 +568,31 @@ def _run_storage_inline(controller: Any) -> None:
 
 
 def _count_fetches(controller: Any) -> None:
-    """The controller's page transfer (storage to host), counting the tokens each brings."""
-    transfer = controller._page_transfer
+    """The controller's page transfers (storage to host), counting the tokens they bring: from
+    0.5.19 each batch's transfer returns its pages (the operation learns its count later, from
+    acknowledgements); before, the transfer raises the operation's completed tokens itself."""
     setattr(controller, FETCHED_TOKENS, 0)
+
+    def count(tokens: int) -> None:
+        setattr(controller, FETCHED_TOKENS, getattr(controller, FETCHED_TOKENS) + tokens)
+
+    if hasattr(controller, "_page_transfer_kv_batch"):
+        batch = controller._page_transfer_kv_batch
+
+        def counted_batch(*args: Any, **kwargs: Any) -> Any:
+            pages = batch(*args, **kwargs)
+            count(int(pages) * controller.page_size)
+            return pages
+        controller._page_transfer_kv_batch = counted_batch
+        return
+    transfer = controller._page_transfer
 
     def counted(operation: Any, *args: Any, **kwargs: Any) -> Any:
         before = operation.completed_tokens
         try:
             return transfer(operation, *args, **kwargs)
         finally:
-            setattr(controller, FETCHED_TOKENS, getattr(controller, FETCHED_TOKENS) + operation.completed_tokens - before)
+            count(operation.completed_tokens - before)
     controller._page_transfer = counted
 
 
