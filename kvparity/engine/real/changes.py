@@ -92,6 +92,11 @@ CHANGES: tuple[Change, ...] = (
                  "        # become evictable, improving batch scheduling headroom.\n"
                  "        if self.enable_hierarchical_cache:\n            self.tree_cache.flush_write_through_acks()\n\n",
                  "")),
+    Change("0.5.10", BEHAVIOUR, "with a host tier (HiRadixCache), the prefill pass checks the host tier's events "
+           "(check_hicache_events: finished backups acknowledged, their nodes unlocked) before it returns for want "
+           "of waiting requests, so an idle pass acknowledges them; 0.5.9 checked only once something could be "
+           "admitted, so a finished request's node stayed locked (protected, not evictable) while nothing waited "
+           "(shrunk: one request of one token, evictable 1 against 0 after the idle pass that follows it)"),
     Change("0.5.11", RENUMBERING, "row 0 of req_to_token is reserved as padding: rows are 1..size", "#24243"),
     Change("0.5.13", BEHAVIOUR, "the PrefillAdder recomputes extend_logprob_start_len (set_extend_input_len) for the "
            "chunked request's next chunk too; fill_ids become full_untruncated_fill_ids up to fill_len"),
