@@ -100,6 +100,12 @@ CHANGES: tuple[Change, ...] = (
     Change("0.5.11", RENUMBERING, "row 0 of req_to_token is reserved as padding: rows are 1..size", "#24243"),
     Change("0.5.13", BEHAVIOUR, "the PrefillAdder recomputes extend_logprob_start_len (set_extend_input_len) for the "
            "chunked request's next chunk too; fill_ids become full_untruncated_fill_ids up to fill_len"),
+    Change("0.5.14", BEHAVIOUR, "with a storage tier, a request's prefetch asks for its prompt up to the longest "
+           "prefix it may match (_compute_max_prefix_len: the last token is always computed), not the whole prompt: "
+           "a page fewer host slots held for it (shrunk: a retracted request, 35 slots against 36)",
+           undo=("sglang/srt/managers/scheduler.py",
+                 "                new_input_tokens = req.full_untruncated_fill_ids[matched_len:match_end]\n",
+                 "                new_input_tokens = req.full_untruncated_fill_ids[matched_len:]\n")),
     Change("0.5.15", BEHAVIOUR, "extend_logprob_start_len is computed by the batch (compute_extend_logprob_start_len), "
            "no longer stored on the request; the fill boundary is Req.extend_range"),
     Change("0.5.16", BEHAVIOUR, "a hybrid model's server builds UnifiedRadixCache with the model's components (FULL and "
