@@ -102,7 +102,7 @@ CHANGES: tuple[Change, ...] = (
            "chunked request's next chunk too; fill_ids become full_untruncated_fill_ids up to fill_len"),
     Change("0.5.14", BEHAVIOUR, "with a storage tier, a request's prefetch asks for its prompt up to the longest "
            "prefix it may match (_compute_max_prefix_len: the last token is always computed), not the whole prompt: "
-           "a page fewer host slots held for it (shrunk: a retracted request, 35 slots against 36)",
+           "fewer host slots held for it (shrunk: a retracted request, 35 slots against 36)",
            undo=("sglang/srt/managers/scheduler.py",
                  "                new_input_tokens = req.full_untruncated_fill_ids[matched_len:match_end]\n",
                  "                new_input_tokens = req.full_untruncated_fill_ids[matched_len:]\n")),
