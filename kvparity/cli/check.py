@@ -76,7 +76,7 @@ def add(commands: argparse._SubParsersAction, parser_class: type) -> None:
     sub.add_argument("--caches", type=caches_option, default=None, metavar="C[,C...]",
                      help="the models scheduler-driven tasks serve, of full (full attention), swa (a sliding-window "
                           "model), mamba (a hybrid linear model), hicache (full attention with a host tier) and "
-                          "hicache-mamba (a Mamba model with a host tier, 0.5.18+); default: full, swa and mamba "
+                          "hicache-mamba (a Mamba model with a host tier, 0.5.16+); default: full, swa and mamba "
                           "where both releases serve them (the hybrid ones and the host tiers real release against "
                           "real release only)")
     sub.add_argument("--undo-changes", action="store_true", default=None,

@@ -212,7 +212,7 @@ def mamba(scenario: TrafficScenario) -> TrafficScenario:
     return TrafficScenario(dataclasses.replace(scenario.config, mamba_slots=12), scenario.arrivals)
 
 
-@pytest.mark.parametrize("release", ["0.5.18", "0.5.23"])
+@pytest.mark.parametrize("release", ["0.5.16", "0.5.23"])
 def test_a_mamba_models_state_is_loaded_back_from_the_host_with_its_kv(release_workers, release):
     """A Mamba model's host tier (``hicache-mamba``): a's KV and its state after 40 tokens go to
     the host when b and c take the device; d hits a's prompt there and both come back. The state
@@ -227,14 +227,14 @@ def test_a_mamba_models_state_is_loaded_back_from_the_host_with_its_kv(release_w
 
 def test_a_host_tier_serves_full_attention_or_a_mamba_model_and_names_what_it_refuses(release_workers):
     """A sliding-window model's host tier is not driven (refused by the scenario); a Mamba model's
-    is from 0.5.18, and refused by name before (0.5.17's tree nodes list no load-back)."""
+    is from 0.5.16 (UnifiedRadixCache's), and refused by name before (MambaRadixCache has none)."""
     from kvparity.engine.real.worker import RemoteError
 
     with pytest.raises(ValueError, match="full attention and Mamba models only"):
         ServerConfig(kv_slots=64, sliding_window=8, hicache_ratio=2.0)
     config, arrivals = mamba(load_back_scenario()).to_plain()
     with pytest.raises(RemoteError, match="a Mamba model's host tier is not driven for this release"):
-        release_workers("0.5.17").call("run_traffic", config=config, arrivals=arrivals)
+        release_workers("0.5.15").call("run_traffic", config=config, arrivals=arrivals)
 
 
 @pytest.mark.parametrize(("name", "scenario", "kind", "what"), [

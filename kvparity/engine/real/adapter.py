@@ -332,7 +332,8 @@ def _check_host_tier(entry: VersionEntry, window: Window | None, mamba: Mamba | 
     if window is not None or cache_kind != "radix":
         raise RealSGLangError("a host tier is driven for a full-attention or Mamba model with its radix cache only")
     if mamba is not None and not entry.host_mamba:
-        raise RealSGLangError(f"SGLang {entry.version}: a Mamba model's host tier is not driven for this release "
+        raise RealSGLangError(f"SGLang {entry.version}: a Mamba model's host tier is not driven for this release: "
+                              f"it is UnifiedRadixCache's, which a Mamba model's server builds from 0.5.16 "
                               f"(its version entry's host_mamba)")
 
 

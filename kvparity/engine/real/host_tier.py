@@ -73,9 +73,8 @@ KV_LANES = 8
 # live: ``pool_host`` from 0.5.14 and 0.5.16, ``memory_pool_host`` before.
 _ALLOC_TABLES = ("sglang.srt.mem_cache.pool_host.common", "sglang.srt.mem_cache.memory_pool_host")
 _MHA_POOLS = ("sglang.srt.mem_cache.pool_host.mha", "sglang.srt.mem_cache.memory_pool_host")
-# Where a Mamba model's state host pool lives (0.5.18+; 0.5.16 and 0.5.17's, in ``memory_pool_host``,
-# are not driven: their UnifiedRadixCache's nodes list no load-back).
-_MAMBA_POOLS = ("sglang.srt.mem_cache.pool_host.mamba",)
+# Where a Mamba model's state host pool lives: ``memory_pool_host`` in 0.5.16 and 0.5.17, ``pool_host.mamba`` after.
+_MAMBA_POOLS = ("sglang.srt.mem_cache.pool_host.mamba", "sglang.srt.mem_cache.memory_pool_host")
 _HIRADIX = "sglang.srt.mem_cache.hiradix_cache:HiRadixCache"
 _CONTROLLER = "sglang.srt.managers.cache_controller"
 _NATIVE_HASH = "sglang.srt.mem_cache.cpp_utils.native_hash"

@@ -133,27 +133,41 @@ def _walk(core: Any, full: Any) -> Iterator[tuple[Any, tuple[int, ...], Any]]:
 def host_nodes(cache: Any) -> list[HostNode]:
     """A host tier's nodes with host KV or listed by a load-back (``HostNode``), sorted by path
     (the Python core; the Rust core lists no host values)."""
-    if tree_core_kind(cache) != "python":
+    if tree_core_kind(cache) == "rust":
         raise UnifiedTreeUnsupported("a host tier's nodes are read from the Python tree core only")
+    listed = _listed(cache)
     out = [HostNode(path, () if data.host_value is None else tuple(int(v) for v in data.host_value.tolist()),
                     None if data.value is None else tuple(int(v) for v in data.value.tolist()),
-                    node.write_through_pending_id is not None, node.load_back_pending_id is not None,
-                    node.key.extra_key)
+                    *listed(node), node.key.extra_key)
            for node, path, data in _walk(_core(cache), _components(cache)[0])
-           if data.host_value is not None or node.load_back_pending_id is not None]
+           if data.host_value is not None or listed(node)[1]]
     return in_tree_order(out)
+
+
+def _listed(cache: Any) -> Callable[[Any], tuple[bool, bool]]:
+    """Whether a backup and a load-back list a node: on the node from 0.5.18, in the cache's
+    tables of ongoing transfers before (by node id in 0.5.17, the node itself in 0.5.16)."""
+    def ids(table: str) -> set[int]:
+        entries = getattr(cache, table, {}).values()
+        return {entry.node_id if hasattr(entry, "node_id") else entry.node.id for entry in entries}
+    writing, loading = ids("ongoing_write_through"), ids("ongoing_load_back")
+
+    def listed(node: Any) -> tuple[bool, bool]:
+        if hasattr(node, "load_back_pending_id"):
+            return node.write_through_pending_id is not None, node.load_back_pending_id is not None
+        return node.id in writing, node.id in loading
+    return listed
 
 
 def state_host_nodes(cache: Any) -> list[HostNode]:
     """A Mamba model's nodes with a host state (``HostNode``: its one host slot, its device state
     slot or None), sorted by path (the Python core)."""
-    if tree_core_kind(cache) != "python":
+    if tree_core_kind(cache) == "rust":
         raise UnifiedTreeUnsupported("a host tier's nodes are read from the Python tree core only")
-    mamba = _components(cache)[1]
+    mamba, listed = _components(cache)[1], _listed(cache)
     out = [HostNode(path, tuple(int(v) for v in data.host_value.tolist()),
                     None if data.value is None else tuple(int(v) for v in data.value.tolist()),
-                    node.write_through_pending_id is not None, node.load_back_pending_id is not None,
-                    node.key.extra_key)
+                    *listed(node), node.key.extra_key)
            for node, path, data in _walk(_core(cache), mamba) if data.host_value is not None]
     return in_tree_order(out)
 

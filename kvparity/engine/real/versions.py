@@ -174,7 +174,7 @@ class VersionEntry:
     host_pool_imports_kvcacheio: bool = False
     # Whether kvparity drives a Mamba model's host tier (its states backed up to a host pool of
     # their own, MambaPoolHost, page-first layout; UnifiedRadixCache.init_hicache): "hicache-mamba"
-    # (0.5.18+; 0.5.16 and 0.5.17's tree nodes list no load-back).
+    # (0.5.16+, where a Mamba model's server builds UnifiedRadixCache).
     host_mamba: bool = False
 
     @property
@@ -288,12 +288,12 @@ CHANGES: tuple[tuple[str, dict[str, object]], ...] = (
     ("0.5.15", dict(admission="extend_range", host_pool_larger=False)),
     ("0.5.15.post1", dict()),
     ("0.5.16", dict(
-        hybrid_tree="unified",
+        hybrid_tree="unified", host_mamba=True,
         write_cache_indices=f"{_ALLOCATION}:write_cache_indices", get_last_loc=f"{_ALLOCATION}:get_last_loc",
         alloc_extend_caller=f"{_ALLOCATION}:alloc_paged_token_slots_extend",
     )),
     ("0.5.17", dict(component_types="sglang.srt.mem_cache.unified_cache.component_type:ComponentType")),
-    ("0.5.18", dict(release_req_params=_RELEASE_REQ + ("offload_kv",), host_mamba=True)),
+    ("0.5.18", dict(release_req_params=_RELEASE_REQ + ("offload_kv",))),
     ("0.5.19", dict(
         release_req_params=("idx", "remaing_req_count", "offload_kv"), req_kv_info=True,
         protected_len_field="kv.cache_protected_len",
