@@ -133,6 +133,10 @@ CHANGES: tuple[Change, ...] = (
                  "            return batch\n\n        # Check if decode out of memory\n",
                  "            return batch\n\n        if self.enable_hierarchical_cache:\n"
                  "            self.tree_cache.writing_check()\n\n        # Check if decode out of memory\n")),
+    Change("0.5.18", BEHAVIOUR, "with a host tier, a Mamba state a node gains after its KV was backed up (a finished "
+           "request ending on a node of an earlier path) is backed up too (UnifiedTreeCore's incremental component "
+           "backup after an insert), where 0.5.17 left it on the device alone (shrunk: two requests, the shorter a "
+           "prefix of the longer; 0.5.18's state host pool holds one state more)"),
     Change("0.5.18", RENUMBERING, "rows are popped from the tail of the free list (the last freed row is reused first); "
            "its pull request: \"allocation order has no semantic meaning\"", "#32208",
            undo=("sglang/srt/mem_cache/memory_pool.py",
