@@ -98,6 +98,13 @@ CHANGES: tuple[Change, ...] = (
            "admitted, so a finished request's node stayed locked (protected, not evictable) while nothing waited "
            "(shrunk: one request of one token, evictable 1 against 0 after the idle pass that follows it)"),
     Change("0.5.11", RENUMBERING, "row 0 of req_to_token is reserved as padding: rows are 1..size", "#24243"),
+    Change("0.5.12", ADMISSION, "get_num_allocatable_reqs caps the requests a prefill pass may admit by the request "
+           "pool's free rows whatever the pipeline (0.5.11: only with pipeline parallelism), so where rows run out "
+           "beside a chunked request a pass admits fewer (shrunk: five rows, a decoding request, a chunked one and "
+           "three one-token prompts: 0.5.12 admits two of them, 0.5.11 all three; with the cap undone, as 0.5.11)",
+           undo=("sglang/srt/managers/scheduler.py",
+                 "        res = min(res, self.req_to_token_pool.available_size())\n        return res\n",
+                 "        return res\n")),
     Change("0.5.13", BEHAVIOUR, "the PrefillAdder recomputes extend_logprob_start_len (set_extend_input_len) for the "
            "chunked request's next chunk too; fill_ids become full_untruncated_fill_ids up to fill_len"),
     Change("0.5.14", BEHAVIOUR, "with a storage tier, a request's prefetch asks for its prompt up to the longest "
