@@ -393,16 +393,23 @@ def kv_in_flight(tree: Any) -> set[int]:
     fetches = [_fetch_operation(entry) for entry in getattr(tree, "ongoing_prefetch", {}).values()]
     fetching = {int(s) for fetch in fetches if fetch.host_indices is not None
                 for s in _host_copy(fetch.host_indices).tolist()}
-    releasing = getattr(tree.cache_controller, "host_mem_release_queue", None)
-    return fetching | {int(s) for page in (list(releasing.queue) if releasing is not None else [])
-                       if page is not None for s in _host_copy(page).tolist()}
+    return fetching | _releasing(getattr(tree.cache_controller, "host_mem_release_queue", None))
 
 
 def state_in_flight(tree: Any) -> set[int]:
-    """The host state slots fetches from storage hold (a fetch's transfers of the Mamba pool)."""
-    return {int(s) for entry in tree.ongoing_prefetch.values() for transfers in entry.comp_xfers.values()
-            for transfer in transfers if transfer.name == STATE_POOL and transfer.host_indices is not None
-            for s in _host_copy(transfer.host_indices).tolist()}
+    """The host state slots fetches from storage hold: a fetch's transfers of the Mamba pool, and
+    the slots one gives back, queued for release (the controller's queue of that pool)."""
+    fetching = {int(s) for entry in tree.ongoing_prefetch.values() for transfers in entry.comp_xfers.values()
+                for transfer in transfers if transfer.name == STATE_POOL and transfer.host_indices is not None
+                for s in _host_copy(transfer.host_indices).tolist()}
+    queues = getattr(tree.cache_controller, "extra_host_mem_release_queues", {})
+    return fetching | _releasing(queues.get(STATE_POOL))
+
+
+def _releasing(queue: Any) -> set[int]:
+    """The host slots a controller's release queue holds, not yet freed (None: no queue)."""
+    pages = list(queue.queue) if queue is not None else []
+    return {int(s) for page in pages if page is not None for s in _host_copy(page).tolist()}
 
 
 def _fetch_operation(entry: Any) -> Any:

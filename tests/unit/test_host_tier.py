@@ -225,6 +225,15 @@ def test_a_mamba_models_state_is_loaded_back_from_the_host_with_its_kv(release_w
     assert all(snap.state_host is not None for snap in run.memory)
 
 
+def test_a_mamba_models_prefetch_gives_state_host_slots_back_through_its_release_queue(release_workers):
+    """With storage, a Mamba model's prefetch holds state host slots as it starts (0.5.18); a query
+    that finds nothing gives them back through the controller's release queue of the state pool,
+    where they are in flight until released, not leaked (``_played`` runs the host oracle). d still
+    finds a's prefix in storage."""
+    run = _played(release_workers, "0.5.18", mamba(storage_scenario()))
+    assert TRAFFIC_STORAGE_HIT in host_classes(run)
+
+
 def test_a_host_tier_serves_full_attention_or_a_mamba_model_and_names_what_it_refuses(release_workers):
     """A sliding-window model's host tier is not driven (refused by the scenario); a Mamba model's
     is from 0.5.16 (UnifiedRadixCache's), and refused by name before (MambaRadixCache has none)."""

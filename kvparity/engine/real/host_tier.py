@@ -376,7 +376,10 @@ def _storage(tier: HostTier) -> Any:
 def _driven(tree: Any, tier: HostTier, folder: str | None) -> Any:
     """The stand-ins a built tier runs under (storage inline, seeded faults, late acks); its host pool."""
     host = host_pool(tree)
-    host.pin_memory = False  # its storage path asks torch for pinned scratch pages otherwise
+    # Its storage path asks torch for pinned scratch pages otherwise (each pool of a group: a Mamba
+    # model's state host pool too).
+    for pool in [entry.host_pool for entry in getattr(tree.cache_controller.mem_pool_host, "entries", ())] or [host]:
+        pool.pin_memory = False
     if folder is not None:
         weakref.finalize(tree, shutil.rmtree, folder, True)
         _run_storage_inline(tree.cache_controller)
