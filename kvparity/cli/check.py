@@ -303,11 +303,19 @@ def _replay(args: argparse.Namespace, plans: list[CheckPlan]) -> int:
         drive.close()
     print(f"kvparity check: replayed {args.replay} ({plan.drive}-driven) in {', '.join(drive.checked)} against "
           f"{drive.reference}")
-    for finding in dict.fromkeys(f"{f.label}: {f.line}" for f in played.findings):
-        print(f"finding (not a divergence): {finding}")
-    if played.agree:
+    for finding in dict.fromkeys(f for f in played.findings if not f.defect):
+        print(f"finding (not a divergence): {finding.label}: {finding.line}")
+    for finding in dict.fromkeys(played.defects):
+        known = f" [a known SGLang defect: {finding.known}]" if finding.known else ""
+        print(f"DEFECT in a run's own: {finding.label}: {finding.line}{known}")
+        if finding.detail:
+            print("  " + finding.detail.rstrip().replace("\n", "\n  "))
+    if played.agree and not played.defects:
         print("verdict: PARITY (they agree, and every oracle holds)")
         return 0
+    if played.agree:
+        print("verdict: DEFECT (they agree, but a run broke on its own: above)")
+        return 1
     print(drive.report(played, replay=shlex.join(replay_argv(args, Path(args.replay), plan.drive, _model(plan)))))
     print("verdict: DIVERGENCE")
     return 1
@@ -461,7 +469,7 @@ def _write_outputs(args: argparse.Namespace, done: list[Swept], status: int) -> 
     """The verdict's files (--json, --repro, --markdown), once it has been printed. A file that
     cannot be written after all is exit 2 with one sentence; the others are still written."""
     from kvparity.report.markdown import check_markdown
-    from kvparity.run.verdict import to_json
+    from kvparity.run.verdict import VERDICTS, to_json
 
     texts: dict[str, Callable[[], str]] = {}
     if args.json:
@@ -469,7 +477,7 @@ def _write_outputs(args: argparse.Namespace, done: list[Swept], status: int) -> 
             docs = [dict(to_json(s.verdict, s.drive), target=args.target, examples=s.plan.examples, seed=s.plan.seed)
                     for s in done]
             doc = docs[0] if len(docs) == 1 else {
-                "drive": "both", "verdict": "parity" if status == 0 else "divergence",
+                "drive": "both", "verdict": next(v for v in VERDICTS if any(d["verdict"] == v for d in docs)),
                 "summary": "; ".join(f"{d['drive']}-driven: {d['summary']}" for d in docs), "verdicts": docs}
             return json.dumps(doc, indent=2, sort_keys=True) + "\n"
 

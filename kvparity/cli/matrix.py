@@ -193,7 +193,8 @@ def _report(args: argparse.Namespace, doc: dict) -> int:
     """Print the table of ``doc``'s pairs, write the files asked for; the exit status."""
     print("\n" + markdown(doc))
     _write(args, doc)
-    return 0 if all(row["label"] != "divergent" for row in doc["pairs"]) else 1
+    defective = any(rel.get("defects") for rel in doc["releases"])
+    return 0 if all(row["label"] != "divergent" for row in doc["pairs"]) and not defective else 1
 
 
 def power_note(doc: dict) -> list[str]:
@@ -230,12 +231,15 @@ def markdown(doc: dict) -> str:
                      f"{_cell(changes)} |")
     lines += ["", "What each release's own runs found (scenarios reaching each; a divergence only where the "
               "reference has none of it), and what playing it cost:", "",
-              "| release | scenarios | findings | first of each | costs |", "|---|---|---|---|---|"]
+              "| release | scenarios | findings | own defects | first of each | costs |", "|---|---|---|---|---|---|"]
     for rel in doc["releases"]:
         found = "; ".join(f"{k}: {n}" for k, n in rel["findings"].items()) or "none"
+        defects = "; ".join(f"{k}: {v['scenarios']}" + (f" (known: {v['known'].split(' (', 1)[0]})" if v["known"] else "")
+                            for k, v in rel.get("defects", {}).items()) or "none"
         firsts = "<br>".join(f"{k}: {v['line']}" for k, v in rel["findings_first"].items()) or "-"
         costs = ", ".join(f"{k} {v}" for k, v in rel["costs"].items()) or "-"
-        lines.append(f"| {rel['release']} | {rel['scenarios']} | {_cell(found)} | {_cell(firsts)} | {_cell(costs)} |")
+        lines.append(f"| {rel['release']} | {rel['scenarios']} | {_cell(found)} | {_cell(defects)} | {_cell(firsts)} | "
+                     f"{_cell(costs)} |")
     return "\n".join(lines) + "\n"
 
 

@@ -446,7 +446,7 @@ def play_traffic(version: str, scenario: TrafficScenario, backend: str = "torch"
     except RequestRefused:
         raise  # a scenario a server would refuse: bad input, not a result
     except Exception as exc:  # the model stopped (its idle leak check, a broken mutant): that is a result
-        error = StopError(loop.iteration, f"{type(exc).__name__}: {exc}"[:500], "kvparity's model of the scheduler")
+        error = StopError.of(loop.iteration, exc, "kvparity's model of the scheduler")
     return TrafficRun(loop="normal", decisions=tuple(loop.records), memory=tuple(loop.memory),
                       outputs={rid: tuple(out) for rid, out in loop.outputs.items()}, error=error,
                       build_s=round(build_s, 3), loop_s=round(time.perf_counter() - t1, 3),

@@ -87,7 +87,7 @@ class RealTrafficPlayer:
             return TrafficRun.from_plain(self.worker.call("run_traffic", config=config, arrivals=arrivals))
         except (WorkerHung, WorkerDied) as exc:
             return TrafficRun(loop=scenario.config.loop, decisions=(), memory=(), outputs={},
-                              error=StopError(0, f"{type(exc).__name__}: {exc}"[:500], None))
+                              error=StopError.of(0, exc, None))
 
     def undone(self, changes: Sequence[Change]) -> TrafficPlayer | None:
         """This release with ``changes`` undone in a copy of its source (only changes of the release

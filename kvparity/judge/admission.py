@@ -80,6 +80,7 @@ class TrafficJudgement:
     problems: tuple[MemoryProblem, ...] = ()
     canary: tuple[CanaryRead, ...] = ()
     known: frozenset[str] = frozenset()
+    reference_error: StopError | None = None  # the reference raised where the checked run did not so
 
     @property
     def agree(self) -> bool:
@@ -103,11 +104,20 @@ class TrafficJudgement:
             seen.append((self.memory.iteration, 2, "memory"))
         if self.inflight_only_other:
             seen.append((self.inflight_only_other[0].detected_iteration, 3, "inflight"))
-        if self.decision is not None:
+        if self.decision is not None and not self.stopped_short:
             seen.append((self.decision.iteration, 4, "decision"))
         if self.error is not None:
             seen.append((self.error.iteration, 5, "error"))
+        elif self.stopped_short and self.decision is not None:  # the reference stopped (the checked run did not)
+            seen.append((self.decision.iteration, 5, "error"))
         return sorted(seen)
+
+    @property
+    def stopped_short(self) -> bool:
+        """The runs ran different numbers of iterations because one of them raised: the error is
+        the symptom, not the count (a crash is not a decision)."""
+        return (self.decision is not None and self.decision.field == "iterations"
+                and (self.error is not None or self.reference_error is not None))
 
     @property
     def kind(self) -> str:
@@ -132,6 +142,9 @@ class TrafficJudgement:
             return self.decision.line()
         if kind == "error" and self.error is not None:
             return f"iteration {self.error.iteration}: the scheduler raised {self.error.message}"
+        if kind == "error" and self.reference_error is not None:
+            error = self.reference_error
+            return f"iteration {error.iteration}: the reference's scheduler raised {error.message} (the other did not)"
         rid, ref, got = self.outputs or ("?", None, None)
         return f"request {rid}: output ids {_shown(ref)!r} != {_shown(got)!r}"
 
@@ -148,11 +161,11 @@ def judge_traffic(scenario: TrafficScenario, reference: TrafficRun, other: Traff
     canary = _unshared(reference.canary, other.canary, _read_identity, ref_id, other_id)
     theirs = {f.identity for f in reference.inflight}
     extra = tuple(f for f in other.inflight if diverging(f) and f.identity not in theirs)
-    error = other.error
-    if error is not None and reference.error is not None and error.message == reference.error.message:
-        error = None  # both stopped alike
+    error, reference_error = other.error, reference.error
+    if error is not None and reference_error is not None and error.message == reference_error.message:
+        error = reference_error = None  # both stopped alike (each run's own defect, reported per player)
     return TrafficJudgement(decision, _first_output_difference(reference, other), extra, error, memory, problems,
-                            canary, frozenset(known))
+                            canary, frozenset(known), None if error is not None else reference_error)
 
 
 def traffic_problems(scenario: TrafficScenario, run: TrafficRun) -> list[MemoryProblem]:

@@ -108,6 +108,15 @@ class ServerConfig:
     hicache_storage_failure: float = 0.0
 
     @property
+    def cache(self) -> str:
+        """The model served, as ``CACHES`` names it."""
+        if self.mamba_slots is not None:
+            return "mamba" if self.hicache_ratio is None else "hicache-mamba"
+        if self.sliding_window is not None:
+            return "swa"
+        return "full" if self.hicache_ratio is None else "hicache"
+
+    @property
     def window_slots(self) -> int | None:
         """The window pool's slots (None without a window)."""
         return None if self.sliding_window is None else window_slots(self.kv_slots, self.page_size, self.swa_kv_slots)

@@ -7,6 +7,7 @@ is ``kvparity.engine.traffic_run.TrafficRun``."""
 from __future__ import annotations
 
 import dataclasses
+import traceback
 from dataclasses import dataclass
 from typing import Any
 
@@ -97,14 +98,25 @@ class InflightFinding:
         return cls(**_tuples(data))
 
 
+TRACEBACK_FRAMES = 8  # the innermost frames of a scheduler's traceback a report shows
+
+
 @dataclass(frozen=True)
 class StopError:
     """The scheduler raised inside its loop (SGLang's own leak check, an assertion): at which
-    iteration, the message, and where (the innermost frame in SGLang's code)."""
+    iteration, the message, where (the innermost frame in SGLang's code), and the traceback's last
+    frames as Python prints them (what a report shows under the defect)."""
 
     iteration: int
     message: str
     where: str | None = None
+    traceback: str = ""
+
+    @classmethod
+    def of(cls, iteration: int, exc: BaseException, where: str | None) -> StopError:
+        """What ``exc``, raised at ``iteration``, is recorded as (its innermost frames kept)."""
+        shown = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__, limit=-TRACEBACK_FRAMES))
+        return cls(iteration, f"{type(exc).__name__}: {exc}".strip()[:500], where, shown[-4000:])
 
     def to_plain(self) -> dict[str, Any]:
         return dataclasses.asdict(self)

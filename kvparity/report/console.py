@@ -72,14 +72,24 @@ def model_class_lines(verdict: Verdict, shown: tuple[str, ...]) -> list[str]:
 
 
 def finding_lines(verdict: Verdict, drive: Any) -> list[str]:
-    """Each finding (a known defect, a release difference, what a player's own runs found), with
-    the scenarios reaching it and its first example: reported, not a divergence."""
+    """Each finding, with the scenarios reaching it and its first example: a defect of a run's own
+    (it fails the check, shared or not; named where SGLang is known to have it; with SGLang's
+    traceback where it raised), or a known difference (reported, not a divergence)."""
     lines = []
+    defects = verdict.defects
     for label, count in sorted(verdict.findings.items()):
-        lines.append(f"{drive.finding_kind(label)}: {label}, in {count} scenarios; not a divergence")
         example = verdict.finding_example(label)
+        if label in defects:
+            known = defects[label].known
+            lines.append(f"DEFECT in a run's own: {label}, in {count} scenarios; "
+                         + (f"a known SGLang defect: {known}" if known else "not a known SGLang defect"))
+        else:
+            lines.append(f"{drive.finding_kind(label)}: {label}, in {count} scenarios; not a divergence")
         if example is not None:
             lines.append("  " + first_seen(example, drive, label).replace("\n", "\n    "))
+            detail = next((f.detail for f in example.shown.findings if f.label == label and f.detail), "")
+            if detail:
+                lines.append("    " + detail.rstrip().replace("\n", "\n    "))
     return lines
 
 

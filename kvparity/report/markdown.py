@@ -35,8 +35,19 @@ def check_markdown(verdict: Verdict, drive: Any, *, title: str = "kvparity check
     if missing:
         lines += ["", "<details><summary>Classes not reached</summary>", "", *(f"- {c}" for c in missing), "",
                   "</details>"]
+    defects = verdict.defects
     for label, count in sorted(verdict.findings.items()):
-        lines += ["", f"{drive.finding_kind(label).capitalize()}, not a divergence: {label}, in {count} scenarios."]
+        if label not in defects:
+            lines += ["", f"{drive.finding_kind(label).capitalize()}, not a divergence: {label}, in {count} scenarios."]
+            continue
+        known = defects[label].known
+        lines += ["", f"**Defect** in a run's own: {label}, in {count} scenarios; "
+                      + (f"a known SGLang defect: {known}." if known else "not a known SGLang defect.")]
+        example = verdict.finding_example(label)
+        if example is not None:
+            detail = next((f.detail for f in example.shown.findings if f.label == label and f.detail), "")
+            lines += ["", *_block(f"{example.line(label)}\n{example.shown.scenario.to_python()}"
+                                  + (f"\n\n{detail.rstrip()}" if detail else ""))]
     example = verdict.shrunk
     if example is not None:
         shown = example.shown

@@ -15,8 +15,9 @@ are written once, over this interface. Two drives implement it:
 
 What one scenario's play comes to is a ``Played``: whether the worlds or players agree, the first
 difference in one line and its kind (what shrinking keeps), the classes reached, and the findings
-(what is reported and never a divergence by itself: a known defect, what a release's own runs
-found that the reference's found too).
+(what is reported: a known difference between releases, counted only; or a defect of a player's
+own run, an oracle it broke, a read of wrong KV, SGLang raising, which fails the check whether or
+not the reference shares it: "a defect in both").
 """
 
 from __future__ import annotations
@@ -49,6 +50,12 @@ class Finding:
     label: str
     where: str
     line: str
+    # A defect of the player's own run (an oracle it broke, a read of wrong KV, SGLang raising):
+    # it fails the check whether or not the reference shares it. Else a difference that is known
+    # and named (a renumbering, a release difference), reported and counted only.
+    defect: bool = False
+    known: str | None = None  # a defect SGLang is known to have: its registry line (``KnownDefect.line``)
+    detail: str = ""  # what else a report shows of it (SGLang's traceback, where it raised)
 
 
 @dataclass
@@ -63,6 +70,11 @@ class Played:
     findings: tuple[Finding, ...] = ()
     result: Any = None  # the drive's own record of the play, for its report
     facts: dict[str, Any] = field(default_factory=dict)  # what the run learnt of its worlds (their kernels)
+
+    @property
+    def defects(self) -> tuple[Finding, ...]:
+        """The findings that fail the check on their own (``Finding.defect``)."""
+        return tuple(f for f in self.findings if f.defect)
 
 
 class Drive(Protocol):

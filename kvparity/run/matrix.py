@@ -9,7 +9,8 @@ names, its label and the changes the release wheels show between its two release
 (``kvparity.engine.real.changes``): "exact" (every scenario alike), "renumbered" (alike up to one
 consistent renumbering of rows and pages somewhere) or "divergent". Per release: what its own runs
 found (the scheduler drive's in-flight findings, split by harm, its canary reads, its memory
-oracles) and what playing it cost."""
+oracles), which of those are defects (each named where SGLang is known to have it) and what playing
+it cost."""
 
 from __future__ import annotations
 
@@ -58,7 +59,8 @@ class CachingLane:
 
 
 def label(verdict: Verdict) -> str:
-    if verdict.verdict != "parity":
+    """How the pair compares (a defect both releases' runs share is the releases' own, not the pair's)."""
+    if verdict.verdict == "divergence":
         return DIVERGENT
     return RENUMBERED if verdict.findings[RENUMBERED_BETWEEN_RELEASES] else EXACT
 
@@ -151,8 +153,10 @@ def release_row(release: str, name: str, verdict: Verdict, played: Any) -> dict[
         example = verdict.finding_example(prefix + label_)
         if example is not None:
             firsts[label_] = {"line": example.line(prefix + label_), "python": example.shown.scenario.to_python()}
+    defects = {label_.removeprefix(prefix): {"scenarios": verdict.findings[label_], "known": finding.known}
+               for label_, finding in verdict.defects.items() if label_.startswith(prefix)}
     return {"release": release, "scenarios": verdict.scenarios, "findings": own, "findings_first": firsts,
-            "costs": costs(played)}
+            "defects": defects, "costs": costs(played)}
 
 
 def costs(played: Any) -> dict[str, Any]:

@@ -24,9 +24,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from kvparity.engine.real.changes import Change, changes_between
+from kvparity.engine.real.defects import known_defect
 from kvparity.engine.traffic_players import ModelTrafficPlayer, RealTrafficPlayer, TrafficPlayer
 from kvparity.engine.traffic_run import TrafficRun
-from kvparity.judge.admission import TrafficJudgement, judge_traffic, traffic_problems
+from kvparity.judge.admission import TrafficJudgement, diverging, judge_traffic, traffic_problems
 from kvparity.judge.traffic_classes import rare_counts, traffic_classes
 from kvparity.mem_cache.schedule_policy import POLICIES
 from kvparity.model.classes import (
@@ -175,7 +176,7 @@ class SchedulerDrive:
     def judged(self, scenario: TrafficScenario, runs: tuple[TrafficRun, TrafficRun], checked: TrafficPlayer) -> Played:
         judgement = judge_traffic(scenario, *runs, self.ref_player.world_id, checked.world_id)
         kind = None if judgement.agree else _kind(judgement)
-        findings = _findings(self.ref_player.name, scenario, runs[0]) + _findings(checked.name, scenario, runs[1])
+        findings = _findings(self.ref_player, scenario, runs[0]) + _findings(checked, scenario, runs[1])
         return Played(scenario, judgement.agree, kind, "" if judgement.agree else judgement.line(),
                       frozenset(traffic_classes(scenario, runs[0])), findings, (runs, judgement))
 
@@ -188,7 +189,7 @@ class SchedulerDrive:
 
         def replay(scenario: TrafficScenario) -> Played:
             run = player.play(scenario)
-            return Played(scenario, True, None, "", frozenset(), _findings(player.name, scenario, run), None)
+            return Played(scenario, True, None, "", frozenset(), _findings(player, scenario, run), None)
 
         return replay
 
@@ -297,11 +298,12 @@ class SchedulerDrive:
         """One row per schedule policy and event loop: scenarios, how many differ, of what kind first."""
         lines = [f"scheduler-driven: {self.checked_player.name} against {self.reference} (reference)"]
         lines += [f"  undone (named finding, {c.kind}): {c.what}" for c in self.undone]
-        lines.append(f"{'policy, loop':<34} {'scenarios':>9} {'differ':>7}  verdict")
+        lines.append(f"{'policy, loop':<34} {'scenarios':>9} {'differ':>7} {'defect':>7}  verdict")
         for row in verdict.rows:
             kinds = ", ".join(f"{k} {n}" for k, n in row.kinds.most_common())
-            lines.append(f"{row.task:<34} {row.scenarios:>9} {row.differing:>7}  "
-                         f"{'parity' if row.verdict == 'parity' else 'DIVERGENCE'}" + (f" ({kinds})" if kinds else ""))
+            lines.append(f"{row.task:<34} {row.scenarios:>9} {row.differing:>7} {row.defective:>7}  "
+                         f"{'parity' if row.verdict == 'parity' else row.verdict.upper()}"
+                         + (f" ({kinds})" if kinds else ""))
         return lines
 
     def summary(self, verdict: Verdict) -> str:
@@ -312,6 +314,8 @@ class SchedulerDrive:
         policies = list(dict.fromkeys(p for p, _, _ in rows))
         if verdict.verdict == "parity":
             return "PARITY under " + ", ".join(policies)
+        if verdict.verdict == "defect":
+            return f"DEFECT: {_defects_part(verdict, [(p, r) for p, _, r in rows])} (in the runs' own; the two agree)"
         groups: dict[str, list[tuple[str, str]]] = {}
         for policy, loop, row in rows:
             for kind in sorted(row.kinds, key=lambda k: list(KIND_WORDS).index(k) if k in KIND_WORDS else 99):
@@ -323,6 +327,7 @@ class SchedulerDrive:
             at = "" if set(loops) == all_loops else f" ({', '.join(loops)} loop)"
             parts.append(f"{what} under {', '.join(dict.fromkeys(p for p, _ in where))}{at}")
         same = [p for p in policies if all(r.verdict == "parity" for q, _, r in rows if q == p)]
+        # The defects of the runs' own are listed above the verdict line (a divergence says enough here).
         return "DIVERGENCE: " + "; ".join(parts + (["parity under " + ", ".join(same)] if same else []))
 
     def finding_kind(self, label: str) -> str:
@@ -344,10 +349,25 @@ class SchedulerDrive:
             self.checked_player.close()
 
 
+OWN_SCHEDULER = " (SGLang's own scheduler)"  # how a real player's name ends
 KIND_WORDS = {"admission": "admission differs", "decision": "decisions differ",
               "inflight": "in-flight findings the reference lacks", "error": "the scheduler stopped on an error",
               "outputs": "outputs differ", "memory": "memory differs under the same decisions",
               "oracle": "memory oracles fail", "canary": "reads of wrong KV (canary)"}
+
+
+def _defects_part(verdict: Verdict, rows: list[tuple[str, Any]]) -> str:
+    """The defects of the players' own runs in words: what, whose, known or not, under which tasks."""
+    defects = verdict.defects
+    if not defects:
+        return ""
+    whats = []
+    for finding in defects.values():
+        kind = finding.label.removeprefix(finding.where + ": ")
+        known = f", known: {finding.known.split(' (', 1)[0]}" if finding.known else ""
+        whats.append(f"{kind} in {finding.where.removesuffix(OWN_SCHEDULER)}{known}")
+    where = ", ".join(dict.fromkeys(p for p, r in rows if r.defective))
+    return f"{'; '.join(dict.fromkeys(whats))}, under {where}"
 
 
 def _kind(judgement: TrafficJudgement) -> str:
@@ -355,20 +375,34 @@ def _kind(judgement: TrafficJudgement) -> str:
     return "admission" if kind == "decision" and judgement.admission else kind
 
 
-def _findings(player: str, scenario: TrafficScenario, run: TrafficRun) -> tuple[Finding, ...]:
-    """What one player's run found, per kind (a property of the player; a divergence only where the
-    judgement says so): in-flight findings by kind, class and harm, reads of wrong KV, memory
-    oracles broken, an error it stopped on."""
-    found: dict[str, str] = {}
+def _findings(player: TrafficPlayer, scenario: TrafficScenario, run: TrafficRun) -> tuple[Finding, ...]:
+    """What one player's run found, per kind (a property of the player, whatever the other run
+    found): in-flight findings by kind, class and harm, reads of wrong KV, memory oracles broken, an
+    error it stopped on. Each is a defect of the run (``Finding.defect``: it fails the check even
+    where the reference shares it), but for an in-flight finding SGLang discards (a retracted or
+    finished request's table change over the same KV); a defect the release is known to have is
+    named (``kvparity.engine.real.defects``)."""
+    found: dict[str, tuple[str, bool, str]] = {}
     for finding in run.inflight:
-        found.setdefault(f"{player}: in flight, {finding.kind} ({finding.cls}, {finding.harm})", finding.line())
+        found.setdefault(f"in flight, {finding.kind} ({finding.cls}, {finding.harm})",
+                         (finding.line(), diverging(finding), ""))
     for read in run.canary:
-        found.setdefault(f"{player}: KV canary: a read of wrong KV at a launch", f"iteration {read.iteration}: {read.line()}")
+        found.setdefault("KV canary: a read of wrong KV at a launch",
+                         (f"iteration {read.iteration}: {read.line()}", True, ""))
     for problem in traffic_problems(scenario, run):
-        found.setdefault(f"{player}: memory oracle: {problem.oracle}", problem.line())
+        found.setdefault(f"memory oracle: {problem.oracle}", (problem.line(), True, ""))
     if run.error is not None:
-        found.setdefault(f"{player}: the scheduler raised", f"iteration {run.error.iteration}: {run.error.message}")
-    return tuple(Finding(label, player, line) for label, line in found.items())
+        error = run.error
+        where = f" (at {error.where})" if error.where else ""
+        found.setdefault("the scheduler raised", (f"iteration {error.iteration}: {error.message}{where}", True,
+                                                  error.traceback))
+    cache = scenario.config.cache
+    out = []
+    for kind, (line, defect, detail) in found.items():
+        known = known_defect(player.release, cache, kind, line) if defect else None
+        out.append(Finding(f"{player.name}: {kind}", player.name, line, defect, None if known is None else known.line,
+                           detail))
+    return tuple(out)
 
 
 def _accounting(run: TrafficRun, iteration: int) -> str:

@@ -10,8 +10,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kvparity.judge.power import CONFIDENCE, rules_out
-from kvparity.run.drive import Played
+from kvparity.run.drive import Finding, Played
 from kvparity.run.minimize import Shrunk
+
+# A verdict's values, the worst first: the two differ; they agree but a run had a defect of its
+# own; they agree and every oracle held.
+VERDICTS = ("divergence", "defect", "parity")
 
 
 @dataclass
@@ -54,12 +58,15 @@ class Row:
     classes: Counter[str] = field(default_factory=Counter)  # scenarios reaching each class
     findings: Counter[str] = field(default_factory=Counter)  # scenarios meeting each finding
     finding_examples: dict[str, Example] = field(default_factory=dict)
+    defective: int = 0  # scenarios in which a player's own run had a defect (``Finding.defect``)
     seconds: float = 0.0
     cancelled: bool = False  # stopped early: another task's failure ended the run
 
     @property
     def verdict(self) -> str:
-        return "parity" if self.differing == 0 else "divergence"
+        """"divergence" where a scenario differs, else "defect" where a run had a defect of its own
+        (a defect in both counts: the two agree on a defect), else "parity"."""
+        return "divergence" if self.differing else "defect" if self.defective else "parity"
 
     @property
     def rules_out(self) -> float:
@@ -71,6 +78,7 @@ class Row:
         """One scenario's share: counted, its classes and findings, the row's first difference."""
         self.scenarios += 1
         self.classes.update(played.classes)
+        self.defective += bool(played.defects)
         for label in dict.fromkeys(f.label for f in played.findings):
             self.findings[label] += 1
             if label not in self.finding_examples:
@@ -89,6 +97,7 @@ class Row:
         """Another shard of the same task, played after this one."""
         self.scenarios += other.scenarios
         self.differing += other.differing
+        self.defective += other.defective
         self.kinds.update(other.kinds)
         self.classes.update(other.classes)
         self.findings.update(other.findings)
@@ -116,7 +125,25 @@ class Verdict:
 
     @property
     def verdict(self) -> str:
-        return "parity" if all(r.differing == 0 for r in self.rows) else "divergence"
+        """"divergence", "defect" (the runs agree, but one had a defect of its own: a failure all the
+        same) or "parity" (they agree, and every oracle held)."""
+        verdicts = {r.verdict for r in self.rows}
+        return next((v for v in VERDICTS if v in verdicts), "parity")
+
+    @property
+    def defective(self) -> int:
+        return sum(r.defective for r in self.rows)
+
+    @property
+    def defects(self) -> dict[str, Finding]:
+        """Each defect's label, with its first finding (``Finding.known`` names a known SGLang defect)."""
+        out: dict[str, Finding] = {}
+        for row in self.rows:
+            for label, example in row.finding_examples.items():
+                found = next((f for f in example.found.findings if f.label == label and f.defect), None)
+                if found is not None:
+                    out.setdefault(label, found)
+        return dict(sorted(out.items()))
 
     @property
     def scenarios(self) -> int:
@@ -201,11 +228,13 @@ def to_json(verdict: Verdict, drive: Any) -> dict[str, Any]:
         "checked": list(verdict.checked),
         "scenarios": verdict.scenarios,
         "differing": verdict.differing,
+        "defective": verdict.defective,
         "power": {"confidence": CONFIDENCE,
                   "rules_out_above": None if verdict.rules_out is None else round(verdict.rules_out, 4)},
-        "stopped_at_first_difference": not verdict.counts_all and verdict.verdict != "parity",
+        "stopped_at_first_difference": not verdict.counts_all and verdict.verdict == "divergence",
         "rows": [{
-            "task": r.task, "scenarios": r.scenarios, "differing": r.differing, "verdict": r.verdict,
+            "task": r.task, "scenarios": r.scenarios, "differing": r.differing, "defective": r.defective,
+            "verdict": r.verdict,
             "kinds": dict(sorted(r.kinds.items())), "classes": dict(sorted(r.classes.items())),
             "first": example_json(r.first, drive),
             "first_of_each_kind": {k: example_json(e, drive) for k, e in sorted(r.kind_examples.items())},
@@ -214,9 +243,19 @@ def to_json(verdict: Verdict, drive: Any) -> dict[str, Any]:
         "classes": {c: verdict.classes[c] for c in verdict.required},
         "classes_reached": verdict.required_reached,
         "classes_required": len(verdict.required),
-        "findings": {label: {"scenarios": n, "first": example_json(verdict.finding_example(label), drive)}
+        "findings": {label: {"scenarios": n, "defect": label in verdict.defects,
+                             "known": verdict.defects[label].known if label in verdict.defects else None,
+                             "first": example_json(verdict.finding_example(label), drive),
+                             "detail": _detail(verdict.finding_example(label), label)}
                      for label, n in sorted(verdict.findings.items())},
         "first_difference": example_json(verdict.first, drive),
         "facts": verdict.facts,
         "seconds": round(verdict.seconds, 1),
     }
+
+
+def _detail(example: Example | None, label: str) -> str | None:
+    """What else a finding's first example shows (SGLang's traceback), or None."""
+    if example is None:
+        return None
+    return next((f.detail for f in example.shown.findings if f.label == label and f.detail), None)

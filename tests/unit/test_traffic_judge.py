@@ -119,7 +119,7 @@ def test_the_verdict_line_says_what_differs_under_which_policy_and_loop():
     from kvparity.run.scheduler_drive import PlayerSpec, SchedulerDrive, SchedulerSpec
     from kvparity.run.verdict import Row, Verdict
 
-    players = tuple(SimpleNamespace(name=name, loops=("normal", "overlap"), caches=("full",), paged_windows=False, host_offer=HostOffer(),
+    players = tuple(SimpleNamespace(name=name, release="0.5.3", loops=("normal", "overlap"), caches=("full",), paged_windows=False, host_offer=HostOffer(),
                                     world_id=WORLD) for name in ("a", "b"))
     spec = SchedulerSpec(PlayerSpec("model", "legacy"), PlayerSpec("model", "refactored"), ("fcfs", "lpm"),
                          ("normal", "overlap"))

@@ -568,7 +568,7 @@ def _stopped(shell: Any, exc: Exception) -> StopError:
     if frames:
         name = frames[-1].filename
         where = f"{name[name.rindex(os.sep + 'sglang' + os.sep) + 1:]}:{frames[-1].lineno} in {frames[-1].name}"
-    return StopError(shell._kvp_iteration, f"{type(exc).__name__}: {exc}".strip()[:500], where)
+    return StopError.of(shell._kvp_iteration, exc, where)
 
 
 def _tree_label(world: Any) -> str:

@@ -1,0 +1,83 @@
+"""A defect is a failure (issue 48): what a release's own run breaks (an oracle, a read of wrong KV,
+SGLang raising) fails the check even where the reference's run breaks alike; a defect SGLang is
+known to have is named from the registry (``kvparity.engine.real.defects``). On hand-built runs:
+no scheduler is played here."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import pytest
+
+from kvparity.engine.real.defects import KNOWN_DEFECTS, known_defect
+from kvparity.engine.traffic_run import TrafficRun
+from kvparity.model.classes import TRAFFIC_REQUIRED
+from kvparity.model.traffic import Arrival, HostOffer, ServerConfig, TrafficScenario
+from kvparity.model.traffic_records import TABLE_ONLY, Decision, InflightFinding, StopError
+from kvparity.model.worlds import WorldId
+from kvparity.run.scheduler_drive import PlayerSpec, SchedulerDrive, SchedulerSpec
+from kvparity.run.verdict import Row, Verdict, to_json
+
+WORLD = WorldId.modelled("legacy", "torch")
+SCENARIO = TrafficScenario(ServerConfig(), ((Arrival("a", (1, 2), 1),),))
+LEAK = StopError(1, "ValueError: token_to_kv_pool_allocator memory leak detected!", "sglang/srt/x.py:1 in check",
+                 "Traceback (most recent call last):\n  ...\nValueError: token_to_kv_pool_allocator memory leak detected!")
+
+
+def run(*, error=None, inflight=()):
+    return TrafficRun("normal", (Decision(0, "EXTEND", ("a",), (0,), (2,)),), (), {}, tuple(inflight), error)
+
+
+@pytest.fixture
+def drive():
+    players = tuple(SimpleNamespace(name=f"sglang-{release} (SGLang's own scheduler)", release=release,
+                                    loops=("normal",), caches=("full",), paged_windows=False, host_offer=HostOffer(),
+                                    world_id=WORLD) for release in ("0.5.9", "0.5.9"))
+    drive = SchedulerDrive(SchedulerSpec(PlayerSpec("real", "0.5.9"), PlayerSpec("real", "0.5.9"), ("fcfs",),
+                                         ("normal",)), players=players)
+    yield drive
+    drive.close()
+
+
+def verdict_of(drive, played) -> Verdict:
+    row = Row("fcfs, normal loop", (0, 0))
+    row.count(played, row.task)
+    return Verdict("scheduler", drive.reference, drive.checked, [row], TRAFFIC_REQUIRED, counts_all=True)
+
+
+def test_a_defect_both_runs_share_fails_the_check(drive):
+    """Both runs raise alike: they agree, yet the verdict is a defect, not parity."""
+    played = drive.judged(SCENARIO, (run(error=LEAK), run(error=LEAK)), drive.checked_player)
+    assert played.agree
+    assert [f.label.split(": ", 1)[1] for f in played.defects] == ["the scheduler raised"] * 2
+    assert played.defects[0].detail == LEAK.traceback  # the traceback travels with it
+    verdict = verdict_of(drive, played)
+    assert (verdict.rows[0].verdict, verdict.verdict, verdict.defective) == ("defect", "defect", 1)
+    assert drive.summary(verdict).startswith("DEFECT: the scheduler raised in sglang-0.5.9")
+    assert to_json(verdict, drive)["verdict"] == "defect"
+
+
+def test_a_table_change_sglang_discards_is_no_defect(drive):
+    """A retracted request's row rewritten while its batch was in flight, over the same KV: SGLang
+    drops that token, so the finding is reported, not a defect."""
+    discarded = InflightFinding("cell", "retracted", TABLE_ONLY, 0, "a", 1, 1, "run_batch", (0,), (2,), (1,))
+    played = drive.judged(SCENARIO, (run(inflight=[discarded]), run(inflight=[discarded])), drive.checked_player)
+    assert played.findings and not played.defects
+    assert verdict_of(drive, played).verdict == "parity"
+
+
+def test_a_crash_reads_as_an_error_not_as_a_count_of_iterations(drive):
+    """The checked run raised where the reference did not: the error is the symptom shown."""
+    shorter = TrafficRun("normal", (), (), {}, (), StopError(0, "AssertionError: deep in the host tier"))
+    played = drive.judged(SCENARIO, (run(), shorter), drive.checked_player)
+    assert played.kind == "error" and "AssertionError: deep in the host tier" in played.line
+    reference_raised = drive.judged(SCENARIO, (shorter, run()), drive.checked_player)
+    assert reference_raised.kind == "error" and "the reference's scheduler raised" in reference_raised.line
+
+
+def test_every_known_defect_names_its_evidence_and_matches_only_its_releases():
+    for defect in KNOWN_DEFECTS:
+        assert defect.evidence and defect.what and defect.says
+        line = " ".join(defect.says)
+        assert known_defect(defect.first, defect.cache or "full", defect.shows, line) is not None
+        assert known_defect("0.5.2", defect.cache or "full", defect.shows, line) is None
