@@ -34,6 +34,7 @@ class TrafficPlayer(Protocol):
     caches: tuple[str, ...]  # the models it can serve (``kvparity.model.traffic.CACHES``)
     paged_windows: bool  # whether a sliding-window model's pools may take a page size above 1
     host_offer: HostOffer  # the host tiers it serves
+    aborts: bool  # whether it takes the nemesis's client aborts (``TrafficScenario.aborts``)
     world_id: WorldId
 
     def play(self, scenario: TrafficScenario) -> TrafficRun: ...
@@ -58,6 +59,7 @@ class RealTrafficPlayer:
 
     loops: tuple[str, ...] = ("normal", "overlap")
     caches: tuple[str, ...] = CACHES
+    aborts = True  # through the release's own Scheduler.abort_request, every release
 
     def __init__(self, source: Any, worker: Any = None, *, copy_of: str | None = None) -> None:
         """``worker``: a running ``RealWorker`` of ``source`` with the shell's plugin, kept open on
@@ -117,6 +119,7 @@ class ModelTrafficPlayer:
     caches: tuple[str, ...] = ("full",)  # kvparity's model serves full attention only (issue 34: real against real)
     paged_windows = False
     host_offer = EVERY_HOST_TIER  # unused: kvparity's model serves no host tier
+    aborts = False  # kvparity's model has no abort path: aborts are drawn real release against real release
 
     def __init__(self, version: str, options: tuple[tuple[str, str], ...] = ()) -> None:
         """``options``: ``play_traffic``'s (a change undone: ``Change.model_undo``)."""
@@ -151,6 +154,7 @@ class CachingPlayer:
         self.player = player
         self.name, self.release, self.loops, self.world_id = player.name, player.release, player.loops, player.world_id
         self.caches, self.paged_windows, self.host_offer = player.caches, player.paged_windows, player.host_offer
+        self.aborts = player.aborts
         self.results: dict[TrafficScenario, TrafficRun] = {}
 
     def play(self, scenario: TrafficScenario) -> TrafficRun:

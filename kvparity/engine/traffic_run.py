@@ -20,6 +20,8 @@ class TrafficRun:
     outputs: dict[str, tuple[int, ...]]  # each finished request's output ids, in finishing order
     inflight: tuple[InflightFinding, ...] = ()
     error: StopError | None = None
+    # The nemesis's aborts as played: (iteration, request, the state it was in: ``ABORT_STATES``).
+    aborts: tuple[tuple[int, str, str], ...] = ()
     build_s: float = 0.0
     loop_s: float = 0.0
     record_s: float = 0.0  # of ``loop_s``: the canary forward and the snapshots
@@ -36,7 +38,8 @@ class TrafficRun:
         return {"loop": self.loop, "decisions": [d.to_plain() for d in self.decisions],
                 "memory": [snapshot_to_plain(s) for s in self.memory], "outputs": {k: list(v) for k, v in self.outputs.items()},
                 "inflight": [f.to_plain() for f in self.inflight],
-                "error": None if self.error is None else self.error.to_plain(), "build_s": self.build_s,
+                "error": None if self.error is None else self.error.to_plain(),
+                "aborts": [list(a) for a in self.aborts], "build_s": self.build_s,
                 "loop_s": self.loop_s, "record_s": self.record_s, "cells_past_width": self.cells_past_width,
                 "player": dict(self.player)}
 
@@ -47,4 +50,4 @@ class TrafficRun:
                    {str(k): tuple(v) for k, v in data["outputs"].items()},
                    tuple(InflightFinding.from_plain(f) for f in data["inflight"]),
                    None if data["error"] is None else StopError.from_plain(data["error"]),
-                   data["build_s"], data["loop_s"], data["record_s"], data["cells_past_width"], dict(data["player"]))
+                   tuple((int(i), str(rid), str(state)) for i, rid, state in data.get("aborts", ())), data["build_s"], data["loop_s"], data["record_s"], data["cells_past_width"], dict(data["player"]))

@@ -7,6 +7,7 @@ from __future__ import annotations
 from kvparity.engine.snapshot import HostState
 from kvparity.engine.traffic_run import TrafficRun
 from kvparity.model.classes import (
+    TRAFFIC_ABORTS,
     TRAFFIC_BUDGET_STOP,
     TRAFFIC_CHUNK_IN_FLIGHT_FREED,
     TRAFFIC_CHUNKED,
@@ -61,7 +62,12 @@ def traffic_classes(scenario: TrafficScenario, result: TrafficRun) -> set[str]:
                 found.add(TRAFFIC_BUDGET_STOP)  # rows were left, a request waited: a token budget stopped it
         finished.update(rec.finished)
     return (found | {name for name, count in rare_counts(result).items() if count} | window_classes(result)
-            | state_classes(result) | host_classes(result))
+            | state_classes(result) | host_classes(result) | abort_classes(result))
+
+
+def abort_classes(result: TrafficRun) -> set[str]:
+    """The states the nemesis's aborts found their requests in."""
+    return {TRAFFIC_ABORTS[state] for _, _, state in result.aborts if state in TRAFFIC_ABORTS}
 
 
 def host_classes(result: TrafficRun) -> set[str]:

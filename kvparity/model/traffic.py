@@ -201,21 +201,47 @@ class Arrival:
             raise ValueError(f"request {self.rid!r}: max_new_tokens={self.max_new_tokens} must be >= 1")
 
 
+# The states a request can be in when its client aborts it (the nemesis's abort classes), as the
+# scheduler holds it at that pass's start.
+ABORT_STATES = ("waiting", "between chunks", "prefilled", "decoding", "retracted", "finished")
+
+
 @dataclass(frozen=True)
 class TrafficScenario:
     config: ServerConfig
     arrivals: tuple[tuple[Arrival, ...], ...] = field(default=())  # per iteration, in arrival order
+    # The nemesis: per iteration, the requests whose client disconnects at that pass's start (after
+    # its arrivals), sent through SGLang's own abort path as its tokenizer manager sends it
+    # (``Scheduler.abort_request(AbortReq(rid=...))``). A request is aborted at most once.
+    aborts: tuple[tuple[str, ...], ...] = field(default=())
 
     def __post_init__(self) -> None:
         rids = [a.rid for group in self.arrivals for a in group]
         if len(set(rids)) != len(rids):
             raise ValueError(f"TrafficScenario: duplicate request ids in {rids}")
+        aborted = [rid for group in self.aborts for rid in group]
+        arrived_at = {a.rid: i for i, group in enumerate(self.arrivals) for a in group}
+        for i, group in enumerate(self.aborts):
+            for rid in group:
+                if arrived_at.get(rid, i + 1) > i:
+                    raise ValueError(f"TrafficScenario: request {rid!r} is aborted at iteration {i}, before it arrives")
+        if len(set(aborted)) != len(aborted):
+            raise ValueError(f"TrafficScenario: a request is aborted twice in {aborted}")
+
+    @property
+    def iterations(self) -> int:
+        """The iterations that receive something (an arrival or an abort)."""
+        return max(len(self.arrivals), len(self.aborts))
 
     def to_plain(self) -> tuple[dict[str, Any], list[list[dict[str, Any]]]]:
-        """``run_traffic``'s ``config`` and ``arrivals``."""
-        arrivals = [[{"rid": a.rid, "tokens": list(a.tokens), "max_new_tokens": a.max_new_tokens} for a in group]
-                    for group in self.arrivals]
-        return asdict(self.config), arrivals
+        """``run_traffic``'s ``config`` and ``arrivals``: per iteration, the arrivals, then the
+        aborts (``{"abort": rid}``)."""
+        groups: list[list[dict[str, Any]]] = [[] for _ in range(self.iterations)]
+        for i, group in enumerate(self.arrivals):
+            groups[i] += [{"rid": a.rid, "tokens": list(a.tokens), "max_new_tokens": a.max_new_tokens} for a in group]
+        for i, rids in enumerate(self.aborts):
+            groups[i] += [{"abort": rid} for rid in rids]
+        return asdict(self.config), groups
 
     def table_width(self, max_context_len: int) -> int:
         return table_width([(len(a.tokens), a.max_new_tokens) for group in self.arrivals for a in group],
@@ -229,7 +255,9 @@ class TrafficScenario:
         for group in self.arrivals:
             shown = ", ".join(f"Arrival({a.rid!r}, {tokens_python(a.tokens)}, {a.max_new_tokens})" for a in group)
             lines.append(f"    ({shown}{',' if len(group) == 1 else ''}),")
-        return "\n".join(lines + ["))"])
+        if not self.aborts:
+            return "\n".join(lines + ["))"])
+        return "\n".join(lines + [f"), aborts={self.aborts!r})"])
 
 
 
@@ -241,11 +269,17 @@ def traffic_geometry(scenario: TrafficScenario) -> Geometry:
 
 def traffic_to_dict(scenario: TrafficScenario) -> dict[str, Any]:
     """A traffic scenario as JSON-ready data, marked as one (``--replay`` tells the two forms apart)."""
-    config, arrivals = scenario.to_plain()
-    return {"traffic": {"config": config, "arrivals": arrivals}}
+    config = asdict(scenario.config)
+    arrivals = [[{"rid": a.rid, "tokens": list(a.tokens), "max_new_tokens": a.max_new_tokens} for a in group]
+                for group in scenario.arrivals]
+    body: dict[str, Any] = {"config": config, "arrivals": arrivals}
+    if scenario.aborts:
+        body["aborts"] = [list(group) for group in scenario.aborts]
+    return {"traffic": body}
 
 
 def is_traffic_dict(data: Any) -> bool:
+    """Whether ``data`` is ``traffic_to_dict``'s form."""
     return isinstance(data, dict) and set(data) == {"traffic"}
 
 
@@ -255,4 +289,5 @@ def traffic_from_dict(data: dict[str, Any]) -> TrafficScenario:
     config = ServerConfig(**body["config"])
     arrivals = tuple(tuple(Arrival(str(a["rid"]), tuple(int(t) for t in a["tokens"]), int(a["max_new_tokens"]))
                            for a in group) for group in body["arrivals"])
-    return TrafficScenario(config, arrivals)
+    aborts = tuple(tuple(str(rid) for rid in group) for group in body.get("aborts", ()))
+    return TrafficScenario(config, arrivals, aborts)

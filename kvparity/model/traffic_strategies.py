@@ -103,9 +103,11 @@ def _fillers(draw: Any, config: ServerConfig) -> list[tuple[Arrival, ...]]:
 
 @st.composite
 def traffic_scenarios(draw: Any, policies: tuple[str, ...] = POLICIES, cache: str = "full",
-                      window_pages: tuple[int, ...] = (1, 4), host_offer: HostOffer = EVERY_HOST_TIER) -> TrafficScenario:
+                      window_pages: tuple[int, ...] = (1, 4), host_offer: HostOffer = EVERY_HOST_TIER,
+                      nemesis: bool = False) -> TrafficScenario:
     """``cache``: the model served (``CACHES``); a sliding-window model's pools take the page sizes
-    ``window_pages``; a host tier is one of those ``host_offer`` allows."""
+    ``window_pages``; a host tier is one of those ``host_offer`` allows; ``nemesis``: clients abort
+    requests too (both players take aborts)."""
     pressure = draw(st.sampled_from((False, True, False)))
     config = draw(server_configs(policies, pressure))
     if cache == "swa":
@@ -141,4 +143,25 @@ def traffic_scenarios(draw: Any, policies: tuple[str, ...] = POLICIES, cache: st
         outputs = draw(st.integers(32, 48) if pressure else st.integers(1, 6))
         burst.append(Arrival(f"r{i}", base[:cut] + own, outputs))
     arrivals.append(tuple(burst))
-    return TrafficScenario(config, tuple(arrivals))
+    aborts = draw(_aborts(burst, len(arrivals) - 1)) if nemesis else ()
+    return TrafficScenario(config, tuple(arrivals), aborts)
+
+
+# How many iterations after its arrival a client aborts a request: 0 while it waits (the abort comes
+# in the pass it arrives in, after it is queued); a few, between chunks or right after its prefill;
+# more, while it decodes or after it was retracted (the pressured scenarios' long outputs).
+ABORT_DELAYS = (0, 1, 2, 3, 5, 8, 13, 21)
+
+
+@st.composite
+def _aborts(draw: Any, burst: list[Arrival], arrival: int) -> tuple[tuple[str, ...], ...]:
+    """The nemesis's client aborts: some of the burst's requests (none in a quarter of scenarios),
+    each at a drawn delay after the burst's iteration ``arrival``."""
+    if not burst or draw(st.integers(0, 3)) == 0:
+        return ()
+    chosen = draw(st.lists(st.sampled_from([a.rid for a in burst]), min_size=1, max_size=3, unique=True))
+    at = {rid: arrival + draw(st.sampled_from(ABORT_DELAYS)) for rid in chosen}
+    groups: list[tuple[str, ...]] = [() for _ in range(max(at.values()) + 1)]
+    for rid, i in sorted(at.items(), key=lambda item: item[1]):
+        groups[i] += (rid,)
+    return tuple(groups)

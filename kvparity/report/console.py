@@ -68,7 +68,7 @@ def model_class_lines(verdict: Verdict, shown: tuple[str, ...]) -> list[str]:
         if reached:
             lines.append(f"  {row.task}: " + "; ".join(f"{cls.removeprefix('traffic: ')} {n} of {row.scenarios}"
                                                          for cls, n in reached))
-    return ["classes of the hybrid models, by task:", *lines] if lines else []
+    return ["classes of the hybrid models and the nemesis, by task:", *lines] if lines else []
 
 
 def finding_lines(verdict: Verdict, drive: Any) -> list[str]:

@@ -136,6 +136,11 @@ def _valid(make: Callable[[], T]) -> Iterator[T]:
 
 
 def traffic_candidates(scenario: TrafficScenario) -> Iterator[TrafficScenario]:
+    aborted = [rid for group in scenario.aborts for rid in group]
+    for rid in aborted:  # a fault the difference does not need goes first
+        yield from _valid(lambda: without_abort(scenario, rid))  # noqa: B023
+    for rid in aborted:  # else the same abort one iteration sooner
+        yield from _valid(lambda: abort_sooner(scenario, rid))  # noqa: B023
     rids = [a.rid for group in scenario.arrivals for a in group]
     for size in halvings(len(rids)):
         for start in range(0, len(rids), size):
@@ -154,15 +159,34 @@ def traffic_candidates(scenario: TrafficScenario) -> Iterator[TrafficScenario]:
 
 
 def traffic_without_requests(scenario: TrafficScenario, rids: set[str]) -> TrafficScenario:
+    """The scenario without the requests ``rids`` (their aborts gone with them)."""
     arrivals = tuple(tuple(a for a in group if a.rid not in rids) for group in scenario.arrivals)
     if not any(arrivals):
         raise ValueError("a traffic scenario needs a request")
-    return replace(scenario, arrivals=_trimmed(arrivals))
+    aborts = tuple(tuple(rid for rid in group if rid not in rids) for group in scenario.aborts)
+    return replace(scenario, arrivals=_trimmed(arrivals), aborts=_trimmed(aborts))
 
 
 def without_iteration(scenario: TrafficScenario, index: int) -> TrafficScenario:
-    """Arrivals one iteration earlier from ``index`` on (its own requests gone)."""
-    return traffic_without_requests(replace(scenario, arrivals=scenario.arrivals[:index] + scenario.arrivals[index + 1 :]), set())
+    """Arrivals and aborts one iteration earlier from ``index`` on (its own requests and aborts gone)."""
+    gone = {a.rid for a in scenario.arrivals[index]} if index < len(scenario.arrivals) else set()
+    shortened = replace(scenario, arrivals=scenario.arrivals[:index] + scenario.arrivals[index + 1 :],
+                        aborts=scenario.aborts[:index] + scenario.aborts[index + 1 :])
+    return traffic_without_requests(shortened, gone)
+
+
+def without_abort(scenario: TrafficScenario, rid: str) -> TrafficScenario:
+    return replace(scenario, aborts=_trimmed(tuple(tuple(r for r in group if r != rid) for group in scenario.aborts)))
+
+
+def abort_sooner(scenario: TrafficScenario, rid: str) -> TrafficScenario:
+    """``rid``'s abort one iteration sooner (a ValueError where that is before it arrives)."""
+    at = next(i for i, group in enumerate(scenario.aborts) if rid in group)
+    if at == 0:
+        raise ValueError("no sooner iteration")
+    groups = [tuple(r for r in group if r != rid) for group in scenario.aborts]
+    groups[at - 1] += (rid,)
+    return replace(scenario, aborts=_trimmed(tuple(groups)))
 
 
 def with_arrival(scenario: TrafficScenario, rid: str, change: Callable[[Arrival], Arrival]) -> TrafficScenario:
@@ -184,7 +208,7 @@ def with_config(scenario: TrafficScenario, knob: str, value: Any) -> TrafficScen
     return replace(scenario, config=replace(scenario.config, **changes))
 
 
-def _trimmed(arrivals: tuple[tuple[Arrival, ...], ...]) -> tuple[tuple[Arrival, ...], ...]:
+def _trimmed(arrivals: tuple[tuple[Any, ...], ...]) -> tuple[tuple[Any, ...], ...]:
     """Trailing idle iterations say nothing: the loop runs until everything has finished anyway."""
     end = len(arrivals)
     while end and not arrivals[end - 1]:

@@ -31,8 +31,10 @@ from kvparity.judge.admission import TrafficJudgement, diverging, judge_traffic,
 from kvparity.judge.traffic_classes import rare_counts, traffic_classes
 from kvparity.mem_cache.schedule_policy import POLICIES
 from kvparity.model.classes import (
+    TRAFFIC_ABORTS,
     TRAFFIC_CHUNK_IN_FLIGHT_FREED,
     TRAFFIC_HOST,
+    TRAFFIC_NEMESIS,
     TRAFFIC_REQUIRED,
     TRAFFIC_STATE,
     TRAFFIC_WINDOW,
@@ -59,6 +61,9 @@ HYBRID_LOOPS = {"swa": LOOPS, "mamba": ("normal",), "hicache": LOOPS, "hicache-m
 # required classes stay reached (radix hits on running requests 256 -> 183 of 320). Steering toward
 # all three at once lowered readmissions on a hit and every required class more.
 STEERED = (TRAFFIC_CHUNK_IN_FLIGHT_FREED,)
+# The abort states the nemesis steers toward: a request aborted between chunks or after its
+# retraction (waiting and decoding are met by most drawn delays).
+NEMESIS_STEERED = ("between chunks", "retracted")
 
 
 @dataclass(frozen=True)
@@ -109,7 +114,8 @@ class SchedulerDrive:
     name = "scheduler"
     counts_all = True
     required: tuple[str, ...] = TRAFFIC_REQUIRED
-    model_classes: tuple[str, ...] = TRAFFIC_WINDOW + TRAFFIC_STATE + TRAFFIC_HOST  # shown by task, not required
+    # Shown by task, not required: the hybrid models' and the nemesis's.
+    model_classes: tuple[str, ...] = TRAFFIC_WINDOW + TRAFFIC_STATE + TRAFFIC_HOST + TRAFFIC_NEMESIS
 
     def __init__(self, spec: SchedulerSpec, players: tuple[TrafficPlayer, TrafficPlayer] | None = None) -> None:
         """``players``: the caller's (reference, checked), closed by the caller; without them, the
@@ -126,6 +132,8 @@ class SchedulerDrive:
         self.window_pages = (1, 4) if self.ref_player.paged_windows and self.checked_player.paged_windows else (1,)
         # A host tier both releases serve (a storage tier from 0.5.19; a small host pool from 0.5.15).
         self.host_offer = self.ref_player.host_offer.both(self.checked_player.host_offer)
+        # The nemesis's client aborts, where both players take them (real releases).
+        self.nemesis = bool(getattr(self.ref_player, "aborts", False) and getattr(self.checked_player, "aborts", False))
         self.pool = ThreadPoolExecutor(1)  # the reference plays beside the checked player (real ones are processes)
 
     def _undo_changes(self) -> tuple[Change, ...]:
@@ -161,7 +169,7 @@ class SchedulerDrive:
         loop, policy = self.loops[task.key[0]], self.spec.policies[task.key[1]]
         cache = task.key[2] if len(task.key) > 2 else "full"
         drawn = traffic_scenarios(policies=(policy,), cache=cache, window_pages=self.window_pages,
-                                  host_offer=self.host_offer)
+                                  host_offer=self.host_offer, nemesis=self.nemesis)
         return drawn.map(lambda scenario: with_loop(scenario, loop))
 
     # ---- playing and judging ----------------------------------------------------------------------
@@ -206,8 +214,13 @@ class SchedulerDrive:
     def targets(self, played: Played) -> dict[str, float]:
         """The rare shapes (``TRAFFIC_RARE``) the reference's run met, counted: Hypothesis steers
         toward scenarios that meet them more often."""
-        counts = rare_counts(played.result[0][0])
-        return {name: float(counts[name]) for name in STEERED}
+        reference = played.result[0][0]
+        counts = rare_counts(reference)
+        steered = {name: float(counts[name]) for name in STEERED}
+        if self.nemesis:  # toward the abort states a drawn delay rarely meets
+            states = [state for _, _, state in reference.aborts]
+            steered |= {TRAFFIC_ABORTS[s]: float(states.count(s)) for s in NEMESIS_STEERED}
+        return steered
 
     def candidates(self, scenario: TrafficScenario) -> Iterator[TrafficScenario]:
         return traffic_candidates(scenario)
@@ -335,7 +348,8 @@ class SchedulerDrive:
 
     def size(self, scenario: TrafficScenario) -> str:
         requests = sum(len(group) for group in scenario.arrivals)
-        return f"{requests} requests over {len(scenario.arrivals)} iterations"
+        aborts = sum(len(group) for group in scenario.aborts)
+        return f"{requests} requests over {len(scenario.arrivals)} iterations" + (f", {aborts} aborted" if aborts else "")
 
     def to_dict(self, scenario: TrafficScenario) -> dict[str, Any]:
         return traffic_to_dict(scenario)

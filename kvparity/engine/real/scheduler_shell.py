@@ -247,12 +247,34 @@ def _shell_class(mod: Any, adapter: ShellAdapter) -> Any:
 
         def process_input_requests(self, recv_reqs: list[Any]) -> None:
             for spec in recv_reqs:
+                if "abort" in spec:
+                    self._kvp_abort(str(spec["abort"]))
+                    continue
                 self._kvp_arrival[spec["rid"]] = len(self._kvp_arrival)
                 req = self._kvp_adapter.new_req(self, spec)
                 self._kvp_reqs[req.rid] = req
                 self.init_req_max_new_tokens(req)
                 self._add_request_to_queue(req)
             self._kvp_check("process_input_requests")
+
+        # ---- the nemesis: a client disconnects (SGLang's own abort path, as its tokenizer manager sends it)
+        def _kvp_abort(self, rid: str) -> None:
+            req = self._kvp_reqs[rid]
+            self._kvp_aborts.append((self._kvp_iteration, rid, _abort_state(self, req)))
+            io_struct = importlib.import_module("sglang.srt.managers.io_struct")
+            self.abort_request(io_struct.AbortReq(rid=rid))
+            self._kvp_forget(rid)
+
+        def _kvp_forget(self, rid: str) -> None:
+            """An aborted request SGLang no longer holds anywhere (popped from the waiting queue, or
+            dropped between chunks), its client answered: done, with what it had decoded."""
+            req = self._kvp_reqs.get(rid)
+            if req is None or req.finished() or rid in self._kvp_done or _held(self, req) \
+                    or any(r is req for r in self.waiting_queue):
+                return
+            self._kvp_dropped.add(rid)
+            self._kvp_done[rid] = list(req.output_ids)
+            self._kvp_finished_now.append(rid)
 
         # ---- observation only: SGLang's own batch formation, then a record of it
         def get_next_batch_to_run(self, *args: Any, **kwargs: Any) -> Any:
@@ -418,20 +440,22 @@ def _build(ctx: Context, adapter: ShellAdapter, config: dict[str, Any], arrivals
     world = adapter.build_world(entry, knobs)
     cls = _shell_class(mod, adapter)
     shell = cls.__new__(cls)
-    width = table_width([(len(a["tokens"]), int(a["max_new_tokens"])) for group in arrivals for a in group],
-                        knobs.page_size, knobs.max_context_len)
+    width = table_width([(len(a["tokens"]), int(a["max_new_tokens"])) for group in arrivals for a in group
+                         if "abort" not in a], knobs.page_size, knobs.max_context_len)
     # The shell's own bookkeeping.
     shell.__dict__.update(
         _kvp_adapter=adapter, _kvp_entry=entry, _kvp_arrivals=arrivals, _kvp_iteration=0, _kvp_records=[],
         _kvp_arrival={}, _kvp_reqs={}, _kvp_done={}, _kvp_finished_now=[], _kvp_t0=time.perf_counter(),
         _kvp_world=world, _kvp_running=None, _kvp_launch=None, _kvp_out_cache_loc=None, _kvp_iter_launch=None,
         _kvp_iter_out=None, _kvp_adder=(), _kvp_memory=[], _kvp_pass_open=False, _kvp_flights=deque(), _kvp_stalled=0,
-        _kvp_findings=[], _kvp_fault=fault, _kvp_loop=knobs.loop, _kvp_knobs=knobs,
+        _kvp_findings=[], _kvp_fault=fault, _kvp_loop=knobs.loop, _kvp_knobs=knobs, _kvp_aborts=[],
+        _kvp_dropped=set(),
         _kvp_recorder=IterationRecorder(world, radix=world.cache_kind == "radix", kv_slots=knobs.kv_slots,
                                         page_size=knobs.page_size, width=width),
     )
     shell._kvp_forward = Forward(shell)
     adapter.set_up(shell, mod, world, knobs)
+    _answer_aborts(shell)
     _record_admission_budget(mod, shell)
     return shell
 
@@ -453,6 +477,53 @@ def _record_admission_budget(mod: Any, shell: Any) -> None:
     mod.PrefillAdder = RecordingAdder
 
 
+def _held(shell: Any, req: Any) -> bool:
+    """Whether the scheduler holds ``req`` in a batch (running, the last batch, chunked, in flight)."""
+    held = [*shell.running_batch.reqs, *(shell.last_batch.reqs if shell.last_batch is not None else ()),
+            *([shell.chunked_req] if shell.chunked_req is not None else ()),
+            *(r for flight in shell._kvp_flights for r in flight.reqs)]
+    return any(r is req for r in held)
+
+
+def _abort_state(shell: Any, req: Any) -> str:
+    """Where a request is in its life when its client aborts it (``ABORT_STATES``)."""
+    if req.finished() or req.rid in shell._kvp_done:
+        return "finished"
+    if any(r is req for r in shell.waiting_queue):
+        return "retracted" if getattr(req, "is_retracted", False) else "waiting"
+    if req is shell.chunked_req:
+        return "between chunks"
+    return "decoding" if req.output_ids else "prefilled"
+
+
+class _AbortAnswers:
+    """SGLang's channel to the tokenizer: an abort's answer to its client (an ``AbortReq`` sent
+    back, whenever the release sends it: at once for a queued request, later for a chunked one) is
+    taken and dropped; anything else goes to what the adapter set there (a stand-in that raises)."""
+
+    def __init__(self, shell: Any, behind: Any) -> None:
+        self._shell, self._behind = shell, behind
+
+    def __getattr__(self, name: str) -> Any:
+        def send(obj: Any, *args: Any, **kwargs: Any) -> Any:
+            if type(obj).__name__ == "AbortReq":
+                self._shell._kvp_forget(obj.rid)
+                return None
+            if self._behind is None:
+                raise AttributeError(f"the scheduler shell has no channel to the tokenizer for {name}")
+            return getattr(self._behind, name)(obj, *args, **kwargs)
+
+        return send
+
+
+def _answer_aborts(shell: Any) -> None:
+    """SGLang's channels to the tokenizer (the scheduler's own and, from 0.5.13, its IPC
+    channels'), each behind ``_AbortAnswers``."""
+    for owner in (shell, getattr(shell, "ipc_channels", None)):
+        if owner is not None:
+            owner.send_to_tokenizer = _AbortAnswers(shell, getattr(owner, "send_to_tokenizer", None))
+
+
 def _request_states(shell: Any) -> dict[str, RequestState]:
     """Every request that has arrived, as the scheduler holds it at the end of a pass: finished
     (SGLang's own ``finished()``); running or chunked while the scheduler holds it (the running
@@ -465,7 +536,7 @@ def _request_states(shell: Any) -> dict[str, RequestState]:
     protected_field = shell._kvp_entry.protected_len_field
     states = {}
     for rid, req in shell._kvp_reqs.items():
-        if req.finished():
+        if req.finished() or rid in shell._kvp_dropped:
             status = "finished"
         elif id(req) in held_ids:
             status = "chunked" if req is shell.chunked_req else "running"
@@ -542,7 +613,7 @@ def run_traffic(ctx: Context, config: dict[str, Any], arrivals: list[list[dict[s
     return TrafficRun(
         loop=shell._kvp_loop, decisions=decisions, memory=tuple(shell._kvp_memory),
         outputs={rid: tuple(out) for rid, out in shell._kvp_done.items()}, inflight=tuple(shell._kvp_findings),
-        error=error, build_s=round(build_s, 3), loop_s=round(time.perf_counter() - t1, 3),
+        error=error, aborts=tuple(shell._kvp_aborts), build_s=round(build_s, 3), loop_s=round(time.perf_counter() - t1, 3),
         record_s=round(shell._kvp_recorder.seconds, 3), cells_past_width=shell._kvp_recorder.written_past_width(),
         player={"release": ctx.info.get("version") or entry.version, "adapter": shell._kvp_adapter.name,
                 "scheduler_generation": shell._kvp_adapter.generation, "tree": _tree_label(shell._kvp_world)},

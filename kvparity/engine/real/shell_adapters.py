@@ -227,6 +227,9 @@ class _NoGrammars:
     def has_waiting_grammars(self) -> bool:
         return False
 
+    def abort_requests(self, recv_req: Any) -> None:
+        """An abort finds no grammar request to cancel (none is ever queued)."""
+
     def __len__(self) -> int:
         return 0
 
@@ -770,7 +773,7 @@ class Shell0513(Shell0511):
             idle_sleeper=None, mm_receiver=None, disagg_prefill_bootstrap_queue=None,
             disagg_prefill_inflight_queue=None, disagg_decode_prealloc_queue=None, disagg_decode_transfer_queue=None,
             draft_worker=None, decode_offload_manager=None, hisparse_coordinator=None,
-            **_window_attributes(world), scripted_scheduler_hook=None,
+            **_window_attributes(world), scripted_scheduler_hook=None, rust_server=None,
             recv_skipper=None, input_blocker=None, memory_saver_adapter=memory_saver,
             request_receiver=_Receiver(shell), output_streamer=_OutputSink(shell), load_snapshot_writer=None)
 
