@@ -27,7 +27,7 @@ from kvparity.engine.real.changes import Change, changes_between
 from kvparity.engine.real.defects import known_defect
 from kvparity.engine.traffic_players import ModelTrafficPlayer, RealTrafficPlayer, TrafficPlayer
 from kvparity.engine.traffic_run import TrafficRun
-from kvparity.judge.admission import TrafficJudgement, diverging, judge_traffic, traffic_problems
+from kvparity.judge.admission import TrafficJudgement, judge_traffic, traffic_problems
 from kvparity.judge.traffic_classes import rare_counts, traffic_classes
 from kvparity.mem_cache.schedule_policy import POLICIES
 from kvparity.model.classes import (
@@ -40,6 +40,7 @@ from kvparity.model.classes import (
     TRAFFIC_WINDOW,
 )
 from kvparity.model.traffic import CACHE_NAMES, LOOPS, TrafficScenario, traffic_to_dict
+from kvparity.model.traffic_records import WRONG_KV
 from kvparity.model.traffic_strategies import traffic_scenarios
 from kvparity.run.candidates import traffic_candidates
 from kvparity.run.drive import Finding, Played, Task
@@ -393,13 +394,15 @@ def _findings(player: TrafficPlayer, scenario: TrafficScenario, run: TrafficRun)
     """What one player's run found, per kind (a property of the player, whatever the other run
     found): in-flight findings by kind, class and harm, reads of wrong KV, memory oracles broken, an
     error it stopped on. Each is a defect of the run (``Finding.defect``: it fails the check even
-    where the reference shares it), but for an in-flight finding SGLang discards (a retracted or
-    finished request's table change over the same KV); a defect the release is known to have is
-    named (``kvparity.engine.real.defects``)."""
+    where the reference shares it), but for an in-flight table change over the same KV (a race on
+    the table that reads the right values: every release rewrites a live cell to the tree's
+    duplicate slot, ``docs/scheduler-driven.md``); an in-flight read of wrong KV is one whatever
+    becomes of the token (sgl-project/sglang#18744). A defect the release is known to have is named
+    (``kvparity.engine.real.defects``)."""
     found: dict[str, tuple[str, bool, str]] = {}
     for finding in run.inflight:
         found.setdefault(f"in flight, {finding.kind} ({finding.cls}, {finding.harm})",
-                         (finding.line(), diverging(finding), ""))
+                         (finding.line(), finding.harm == WRONG_KV, ""))
     for read in run.canary:
         found.setdefault("KV canary: a read of wrong KV at a launch",
                          (f"iteration {read.iteration}: {read.line()}", True, ""))

@@ -13,7 +13,7 @@ from kvparity.engine.real.defects import KNOWN_DEFECTS, known_defect
 from kvparity.engine.traffic_run import TrafficRun
 from kvparity.model.classes import TRAFFIC_REQUIRED
 from kvparity.model.traffic import Arrival, HostOffer, ServerConfig, TrafficScenario
-from kvparity.model.traffic_records import TABLE_ONLY, Decision, InflightFinding, StopError
+from kvparity.model.traffic_records import TABLE_ONLY, WRONG_KV, Decision, InflightFinding, StopError
 from kvparity.model.worlds import WorldId
 from kvparity.run.scheduler_drive import PlayerSpec, SchedulerDrive, SchedulerSpec
 from kvparity.run.verdict import Row, Verdict, to_json
@@ -57,13 +57,18 @@ def test_a_defect_both_runs_share_fails_the_check(drive):
     assert to_json(verdict, drive)["verdict"] == "defect"
 
 
-def test_a_table_change_sglang_discards_is_no_defect(drive):
-    """A retracted request's row rewritten while its batch was in flight, over the same KV: SGLang
-    drops that token, so the finding is reported, not a defect."""
-    discarded = InflightFinding("cell", "retracted", TABLE_ONLY, 0, "a", 1, 1, "run_batch", (0,), (2,), (1,))
-    played = drive.judged(SCENARIO, (run(inflight=[discarded]), run(inflight=[discarded])), drive.checked_player)
+def test_an_in_flight_table_change_over_the_same_kv_is_no_defect_a_read_of_wrong_kv_is(drive):
+    """A live cell rewritten to the tree's duplicate slot while its batch is in flight reads the
+    same KV (every release does it): reported, not a defect. A finished request's row given away
+    under its batch in flight is read as wrong KV: a defect, though SGLang drops that token."""
+    same_kv = InflightFinding("cell", "live", TABLE_ONLY, 0, "a", 1, 1, "run_batch", (0,), (2,), (1,))
+    played = drive.judged(SCENARIO, (run(inflight=[same_kv]), run(inflight=[same_kv])), drive.checked_player)
     assert played.findings and not played.defects
     assert verdict_of(drive, played).verdict == "parity"
+    wrong = InflightFinding("row", "finished", WRONG_KV, 0, "a", 1, 1, "get_next_batch_to_run", taken_by="b")
+    played = drive.judged(SCENARIO, (run(inflight=[wrong]), run(inflight=[wrong])), drive.checked_player)
+    assert played.agree and len(played.defects) == 2
+    assert verdict_of(drive, played).verdict == "defect"
 
 
 def test_a_crash_reads_as_an_error_not_as_a_count_of_iterations(drive):

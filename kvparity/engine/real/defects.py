@@ -42,7 +42,33 @@ class KnownDefect:
         return f"{self.name} ({self.first} to {self.last}): {self.what}; {self.evidence}"
 
 
-KNOWN_DEFECTS: tuple[KnownDefect, ...] = ()
+# Traced by playing every release with a Mamba model against itself (scheduler-driven, fcfs and lpm,
+# 40 scenarios each, derandomized): each defect is met in every release of its range and in none
+# after it.
+KNOWN_DEFECTS: tuple[KnownDefect, ...] = (
+    KnownDefect(
+        "Mamba chunked prefill without its state", "0.5.3.post2", "0.5.8.post1",
+        "a Mamba model's request prefilled in chunks: the chunk stash frees and retakes the request's row, "
+        "so its state slot is held twice (the row and the free list) and its next chunk reads the empty state",
+        "gone from 0.5.9, where the chunked request keeps its row between chunks (sgl-project/sglang#17850); "
+        "shrunk: one request of 3 tokens, chunks of 2", ORACLE, ("two places at once",), "mamba"),
+    KnownDefect(
+        "Mamba chunked prefill reads the empty state", "0.5.3.post2", "0.5.8.post1",
+        "the same defect as read by the state canary: the request's next chunk starts from the empty state",
+        "gone from 0.5.9 (sgl-project/sglang#17850)", CANARY, ("holds the empty state",), "mamba"),
+    KnownDefect(
+        "Mamba retraction raises", "0.5.3.post2", "0.5.4.post2",
+        "a Mamba model's request retracted under memory pressure: ScheduleBatch.release_req calls "
+        "MambaRadixCache.cache_finished_req(req, is_insert=False), which takes no is_insert (TypeError)",
+        "MambaRadixCache.cache_finished_req takes is_insert from 0.5.4.post3", RAISED,
+        ("cache_finished_req() got an unexpected keyword argument 'is_insert'",), "mamba"),
+    KnownDefect(
+        "Mamba state leaked by a refused request", "0.5.4.post3", "0.5.9",
+        "a Mamba model's match copies a state into a slot for a request the PrefillAdder then refuses, and nobody "
+        "frees that slot: SGLang's own idle leak check raises (leaked_mamba_pages)",
+        "fixed in 0.5.10 (sgl-project/sglang#21404, which frees the slot of a refused request)", RAISED,
+        ("memory leak detected!", "mamba_available_size"), "mamba"),
+)
 
 
 def known_defect(release: str, cache: str, kind: str, line: str) -> KnownDefect | None:
