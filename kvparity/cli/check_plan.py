@@ -27,6 +27,7 @@ DRIVE_OPTIONS = (
     ("target", "--target", "harness"),
     ("traffic_examples", "--traffic-examples", "scheduler"),
     ("undo_changes", "--undo-changes", "scheduler"),
+    ("nemesis", "--nemesis", "scheduler"),
 )
 
 
@@ -189,6 +190,10 @@ def check_plans(args: argparse.Namespace, real: Any, jobs: int, budget: float | 
     plans = []
     if drive in ("scheduler", "both"):
         spec = scheduler_spec(real, getattr(args, "caches", None), bool(getattr(args, "undo_changes", False)))
+        if getattr(args, "nemesis", None) and (real is None or real.reference is None):
+            return "--nemesis: kvparity's model of a scheduler has no abort path (give --sglang A --against B)"
+        if not isinstance(spec, str) and getattr(args, "nemesis", None):
+            spec = dataclasses.replace(spec, nemesis=True)
         if isinstance(spec, str):
             if drive == "scheduler":
                 return f"--drive scheduler: {spec}"

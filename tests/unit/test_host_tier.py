@@ -249,7 +249,7 @@ def test_a_host_tier_serves_full_attention_or_a_mamba_model_and_names_what_it_re
 @pytest.mark.parametrize(("name", "scenario", "kind", "what"), [
     ("hicache-load-back-skips-copy", load_back_scenario, "canary", "which holds token 2016 at position 16 of b; its own token 100"),
     ("hicache-demotion-pruned", load_back_scenario, "memory", "host available_size: 89 != 49"),
-    ("hicache-host-slots-freed-twice", host_eviction_scenario, "decision", "AssertionError: Double-free detected"),
+    ("hicache-host-slots-freed-twice", host_eviction_scenario, "error", "AssertionError: Double-free detected"),
     ("hicache-host-evicted-during-load-back", reclaim_scenario, "memory", "host available_size: 38 != 34"),
     ("hicache-mamba-state-load-skips-copy", lambda: mamba(load_back_scenario()), "canary",
      "request d (row 4) read state slot 7, which holds the empty state"),
