@@ -309,7 +309,7 @@ def _replay(args: argparse.Namespace, plans: list[CheckPlan]) -> int:
     for finding in dict.fromkeys(f for f in played.findings if not f.defect):
         print(f"finding (not a divergence): {finding.label}: {finding.line}")
     for finding in dict.fromkeys(played.defects):
-        known = f" [a known SGLang defect: {finding.known}]" if finding.known else ""
+        known = f" [a known SGLang defect: {finding.known.line}]" if finding.known else ""
         print(f"DEFECT in a run's own: {finding.label}: {finding.line}{known}")
         if finding.detail:
             print("  " + finding.detail.rstrip().replace("\n", "\n  "))

@@ -189,11 +189,12 @@ def check_plans(args: argparse.Namespace, real: Any, jobs: int, budget: float | 
     drive = args.drive or "harness"
     plans = []
     if drive in ("scheduler", "both"):
-        spec = scheduler_spec(real, getattr(args, "caches", None), bool(getattr(args, "undo_changes", False)))
-        if getattr(args, "nemesis", None) and (real is None or real.reference is None):
+        nemesis = bool(getattr(args, "nemesis", None))
+        if nemesis and (real is None or real.reference is None):
             return "--nemesis: kvparity's model of a scheduler has no abort path (give --sglang A --against B)"
-        if not isinstance(spec, str) and getattr(args, "nemesis", None):
-            spec = dataclasses.replace(spec, nemesis=True)
+        spec = scheduler_spec(real, getattr(args, "caches", None), bool(getattr(args, "undo_changes", False)))
+        if not isinstance(spec, str):
+            spec = dataclasses.replace(spec, nemesis=nemesis)
         if isinstance(spec, str):
             if drive == "scheduler":
                 return f"--drive scheduler: {spec}"

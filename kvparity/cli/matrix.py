@@ -234,7 +234,7 @@ def markdown(doc: dict) -> str:
               "| release | scenarios | findings | own defects | first of each | costs |", "|---|---|---|---|---|---|"]
     for rel in doc["releases"]:
         found = "; ".join(f"{k}: {n}" for k, n in rel["findings"].items()) or "none"
-        defects = "; ".join(f"{k}: {v['scenarios']}" + (f" (known: {v['known'].split(' (', 1)[0]})" if v["known"] else "")
+        defects = "; ".join(f"{k}: {v['scenarios']}" + (f" (known: {v['known']})" if v["known"] else "")
                             for k, v in rel.get("defects", {}).items()) or "none"
         firsts = "<br>".join(f"{k}: {v['line']}" for k, v in rel["findings_first"].items()) or "-"
         costs = ", ".join(f"{k} {v}" for k, v in rel["costs"].items()) or "-"

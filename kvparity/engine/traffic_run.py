@@ -20,7 +20,8 @@ class TrafficRun:
     outputs: dict[str, tuple[int, ...]]  # each finished request's output ids, in finishing order
     inflight: tuple[InflightFinding, ...] = ()
     error: StopError | None = None
-    # The nemesis's aborts as played: (iteration, request, the state it was in: ``ABORT_STATES``).
+    # The nemesis's aborts as played: (iteration, request, the state it was in: a key of
+    # ``kvparity.model.classes.TRAFFIC_ABORTS``, or "finished").
     aborts: tuple[tuple[int, str, str], ...] = ()
     build_s: float = 0.0
     loop_s: float = 0.0
@@ -50,4 +51,5 @@ class TrafficRun:
                    {str(k): tuple(v) for k, v in data["outputs"].items()},
                    tuple(InflightFinding.from_plain(f) for f in data["inflight"]),
                    None if data["error"] is None else StopError.from_plain(data["error"]),
-                   tuple((int(i), str(rid), str(state)) for i, rid, state in data.get("aborts", ())), data["build_s"], data["loop_s"], data["record_s"], data["cells_past_width"], dict(data["player"]))
+                   tuple((int(i), str(rid), str(state)) for i, rid, state in data.get("aborts", ())),
+                   data["build_s"], data["loop_s"], data["record_s"], data["cells_past_width"], dict(data["player"]))

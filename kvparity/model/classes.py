@@ -92,8 +92,8 @@ TRAFFIC_STORAGE_HIT = "traffic: a prefix fetched from storage to the host (host 
 TRAFFIC_STATE_LOAD_BACK = "traffic: a Mamba state the host kept alone loaded back (host tier)"
 TRAFFIC_HOST = (TRAFFIC_HOST_DEMOTED, TRAFFIC_HOST_LOAD_BACK, TRAFFIC_HOST_EVICTED, TRAFFIC_HOST_RETRACTION,
                 TRAFFIC_STORAGE_HIT, TRAFFIC_STATE_LOAD_BACK)
-# The nemesis's fault classes (issue 48): a client aborts a request in each state of its life
-# (``kvparity.model.traffic.ABORT_STATES``, a finished one aside: its abort finds nothing).
+# The nemesis's fault classes (issue 48): a client aborts a request in each state of its life, as
+# the scheduler shell names it (a finished request aside, state "finished": its abort finds nothing).
 TRAFFIC_ABORTS = {state: f"nemesis: a request aborted {words}" for state, words in (
     ("waiting", "while waiting"), ("between chunks", "between chunks of its prefill"),
     ("prefilled", "right after its prefill"), ("decoding", "while decoding"), ("retracted", "after its retraction"))}

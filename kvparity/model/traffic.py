@@ -200,10 +200,8 @@ class Arrival:
         if self.max_new_tokens < 1:
             raise ValueError(f"request {self.rid!r}: max_new_tokens={self.max_new_tokens} must be >= 1")
 
-
-# The states a request can be in when its client aborts it (the nemesis's abort classes), as the
-# scheduler holds it at that pass's start.
-ABORT_STATES = ("waiting", "between chunks", "prefilled", "decoding", "retracted", "finished")
+    def to_plain(self) -> dict[str, Any]:
+        return {"rid": self.rid, "tokens": list(self.tokens), "max_new_tokens": self.max_new_tokens}
 
 
 @dataclass(frozen=True)
@@ -238,7 +236,7 @@ class TrafficScenario:
         aborts (``{"abort": rid}``)."""
         groups: list[list[dict[str, Any]]] = [[] for _ in range(self.iterations)]
         for i, group in enumerate(self.arrivals):
-            groups[i] += [{"rid": a.rid, "tokens": list(a.tokens), "max_new_tokens": a.max_new_tokens} for a in group]
+            groups[i] += [a.to_plain() for a in group]
         for i, rids in enumerate(self.aborts):
             groups[i] += [{"abort": rid} for rid in rids]
         return asdict(self.config), groups
@@ -270,8 +268,7 @@ def traffic_geometry(scenario: TrafficScenario) -> Geometry:
 def traffic_to_dict(scenario: TrafficScenario) -> dict[str, Any]:
     """A traffic scenario as JSON-ready data, marked as one (``--replay`` tells the two forms apart)."""
     config = asdict(scenario.config)
-    arrivals = [[{"rid": a.rid, "tokens": list(a.tokens), "max_new_tokens": a.max_new_tokens} for a in group]
-                for group in scenario.arrivals]
+    arrivals = [[a.to_plain() for a in group] for group in scenario.arrivals]
     body: dict[str, Any] = {"config": config, "arrivals": arrivals}
     if scenario.aborts:
         body["aborts"] = [list(group) for group in scenario.aborts]
@@ -279,7 +276,6 @@ def traffic_to_dict(scenario: TrafficScenario) -> dict[str, Any]:
 
 
 def is_traffic_dict(data: Any) -> bool:
-    """Whether ``data`` is ``traffic_to_dict``'s form."""
     return isinstance(data, dict) and set(data) == {"traffic"}
 
 

@@ -82,12 +82,12 @@ def finding_lines(verdict: Verdict, drive: Any) -> list[str]:
         if label in defects:
             known = defects[label].known
             lines.append(f"DEFECT in a run's own: {label}, in {count} scenarios; "
-                         + (f"a known SGLang defect: {known}" if known else "not a known SGLang defect"))
+                         + (f"a known SGLang defect: {known.line}" if known else "not a known SGLang defect"))
         else:
             lines.append(f"{drive.finding_kind(label)}: {label}, in {count} scenarios; not a divergence")
         if example is not None:
             lines.append("  " + first_seen(example, drive, label).replace("\n", "\n    "))
-            detail = next((f.detail for f in example.shown.findings if f.label == label and f.detail), "")
+            detail = example.detail(label)
             if detail:
                 lines.append("    " + detail.rstrip().replace("\n", "\n    "))
     return lines

@@ -42,10 +42,10 @@ def check_markdown(verdict: Verdict, drive: Any, *, title: str = "kvparity check
             continue
         known = defects[label].known
         lines += ["", f"**Defect** in a run's own: {label}, in {count} scenarios; "
-                      + (f"a known SGLang defect: {known}." if known else "not a known SGLang defect.")]
+                      + (f"a known SGLang defect: {known.line}." if known else "not a known SGLang defect.")]
         example = verdict.finding_example(label)
         if example is not None:
-            detail = next((f.detail for f in example.shown.findings if f.label == label and f.detail), "")
+            detail = example.detail(label)
             lines += ["", *_block(f"{example.line(label)}\n{example.shown.scenario.to_python()}"
                                   + (f"\n\n{detail.rstrip()}" if detail else ""))]
     example = verdict.shrunk

@@ -24,7 +24,10 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
+
+if TYPE_CHECKING:  # the registry's record, read only
+    from kvparity.engine.real.defects import KnownDefect
 
 DRIVES = ("harness", "scheduler")
 
@@ -54,7 +57,7 @@ class Finding:
     # it fails the check whether or not the reference shares it. Else a difference that is known
     # and named (a renumbering, a release difference), reported and counted only.
     defect: bool = False
-    known: str | None = None  # a defect SGLang is known to have: its registry line (``KnownDefect.line``)
+    known: KnownDefect | None = None  # a defect SGLang is known to have, as its registry holds it
     detail: str = ""  # what else a report shows of it (SGLang's traceback, where it raised)
 
 

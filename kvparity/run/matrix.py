@@ -153,7 +153,9 @@ def release_row(release: str, name: str, verdict: Verdict, played: Any) -> dict[
         example = verdict.finding_example(prefix + label_)
         if example is not None:
             firsts[label_] = {"line": example.line(prefix + label_), "python": example.shown.scenario.to_python()}
-    defects = {label_.removeprefix(prefix): {"scenarios": verdict.findings[label_], "known": finding.known}
+    defects = {label_.removeprefix(prefix): {"scenarios": verdict.findings[label_],
+                                             "known": None if finding.known is None else finding.known.name,
+                                             "known_line": None if finding.known is None else finding.known.line}
                for label_, finding in verdict.defects.items() if label_.startswith(prefix)}
     return {"release": release, "scenarios": verdict.scenarios, "findings": own, "findings_first": firsts,
             "defects": defects, "costs": costs(played)}

@@ -137,8 +137,7 @@ class SchedulerDrive:
         # A host tier both releases serve (a storage tier from 0.5.19; a small host pool from 0.5.15).
         self.host_offer = self.ref_player.host_offer.both(self.checked_player.host_offer)
         # The nemesis's client aborts, where both players take them (real releases).
-        self.nemesis = spec.nemesis and bool(getattr(self.ref_player, "aborts", False)
-                                             and getattr(self.checked_player, "aborts", False))
+        self.nemesis = spec.nemesis and self.ref_player.aborts and self.checked_player.aborts
         self.pool = ThreadPoolExecutor(1)  # the reference plays beside the checked player (real ones are processes)
 
     def _undo_changes(self) -> tuple[Change, ...]:
@@ -383,7 +382,7 @@ def _defects_part(verdict: Verdict, rows: list[tuple[str, Any]]) -> str:
     whats = []
     for finding in defects.values():
         kind = finding.label.removeprefix(finding.where + ": ")
-        known = f", known: {finding.known.split(' (', 1)[0]}" if finding.known else ""
+        known = f", known: {finding.known.name}" if finding.known else ""
         whats.append(f"{kind} in {finding.where.removesuffix(OWN_SCHEDULER)}{known}")
     where = ", ".join(dict.fromkeys(p for p, r in rows if r.defective))
     return f"{'; '.join(dict.fromkeys(whats))}, under {where}"
@@ -421,8 +420,7 @@ def _findings(player: TrafficPlayer, scenario: TrafficScenario, run: TrafficRun)
     out = []
     for kind, (line, defect, detail) in found.items():
         known = known_defect(player.release, cache, kind, line) if defect else None
-        out.append(Finding(f"{player.name}: {kind}", player.name, line, defect, None if known is None else known.line,
-                           detail))
+        out.append(Finding(f"{player.name}: {kind}", player.name, line, defect, known, detail))
     return tuple(out)
 
 

@@ -35,6 +35,10 @@ class Example:
     def shown(self) -> Played:
         return self.shrunk_played if self.shrunk_played is not None else self.found
 
+    def detail(self, label: str) -> str:
+        """What else the shown play's finding ``label`` says (SGLang's traceback), or ""."""
+        return next((f.detail for f in self.shown.findings if f.label == label and f.detail), "")
+
     def line(self, label: str | None = None) -> str:
         """For a difference, its line; for a finding, what was seen (``label``'s)."""
         played = self.shown
@@ -220,6 +224,7 @@ def example_json(example: Example | None, drive: Any) -> dict[str, Any] | None:
 
 def to_json(verdict: Verdict, drive: Any) -> dict[str, Any]:
     """The verdict as JSON-ready data: the one schema of ``kvparity check --json``, either drive."""
+    defects = verdict.defects
     return {
         "drive": verdict.drive,
         "verdict": verdict.verdict,
@@ -243,10 +248,7 @@ def to_json(verdict: Verdict, drive: Any) -> dict[str, Any]:
         "classes": {c: verdict.classes[c] for c in verdict.required},
         "classes_reached": verdict.required_reached,
         "classes_required": len(verdict.required),
-        "findings": {label: {"scenarios": n, "defect": label in verdict.defects,
-                             "known": verdict.defects[label].known if label in verdict.defects else None,
-                             "first": example_json(verdict.finding_example(label), drive),
-                             "detail": _detail(verdict.finding_example(label), label)}
+        "findings": {label: _finding_json(verdict, drive, label, n, defects.get(label))
                      for label, n in sorted(verdict.findings.items())},
         "first_difference": example_json(verdict.first, drive),
         "facts": verdict.facts,
@@ -254,8 +256,11 @@ def to_json(verdict: Verdict, drive: Any) -> dict[str, Any]:
     }
 
 
-def _detail(example: Example | None, label: str) -> str | None:
-    """What else a finding's first example shows (SGLang's traceback), or None."""
-    if example is None:
-        return None
-    return next((f.detail for f in example.shown.findings if f.label == label and f.detail), None)
+
+def _finding_json(verdict: Verdict, drive: Any, label: str, scenarios: int, defect: Finding | None) -> dict[str, Any]:
+    """A finding's entry: how many scenarios met it, whether it is a defect (and a known one), its
+    first example and what else that example says (SGLang's traceback)."""
+    example = verdict.finding_example(label)
+    known = None if defect is None or defect.known is None else defect.known.line
+    return {"scenarios": scenarios, "defect": defect is not None, "known": known,
+            "first": example_json(example, drive), "detail": (example.detail(label) or None) if example else None}

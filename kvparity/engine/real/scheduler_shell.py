@@ -477,16 +477,19 @@ def _record_admission_budget(mod: Any, shell: Any) -> None:
     mod.PrefillAdder = RecordingAdder
 
 
-def _held(shell: Any, req: Any) -> bool:
-    """Whether the scheduler holds ``req`` in a batch (running, the last batch, chunked, in flight)."""
-    held = [*shell.running_batch.reqs, *(shell.last_batch.reqs if shell.last_batch is not None else ()),
+def _held_reqs(shell: Any) -> list[Any]:
+    """The requests the scheduler holds in a batch: running, the last batch, chunked, in flight."""
+    return [*shell.running_batch.reqs, *(shell.last_batch.reqs if shell.last_batch is not None else ()),
             *([shell.chunked_req] if shell.chunked_req is not None else ()),
             *(r for flight in shell._kvp_flights for r in flight.reqs)]
-    return any(r is req for r in held)
+
+
+def _held(shell: Any, req: Any) -> bool:
+    return any(r is req for r in _held_reqs(shell))
 
 
 def _abort_state(shell: Any, req: Any) -> str:
-    """Where a request is in its life when its client aborts it (``ABORT_STATES``)."""
+    """Where a request is in its life when its client aborts it (a key of ``TRAFFIC_ABORTS``, or "finished")."""
     if req.finished() or req.rid in shell._kvp_done:
         return "finished"
     if any(r is req for r in shell.waiting_queue):
@@ -529,9 +532,7 @@ def _request_states(shell: Any) -> dict[str, RequestState]:
     (SGLang's own ``finished()``); running or chunked while the scheduler holds it (the running
     batch, the last batch, the chunked request, a batch in flight) and it is not back in the
     waiting queue (retracted); else waiting."""
-    held = [*shell.running_batch.reqs, *(shell.last_batch.reqs if shell.last_batch is not None else ()),
-            *([shell.chunked_req] if shell.chunked_req is not None else ()),
-            *(r for flight in shell._kvp_flights for r in flight.reqs)]
+    held = _held_reqs(shell)
     held_ids = {id(r) for r in held} - {id(r) for r in shell.waiting_queue}
     protected_field = shell._kvp_entry.protected_len_field
     states = {}
@@ -613,7 +614,8 @@ def run_traffic(ctx: Context, config: dict[str, Any], arrivals: list[list[dict[s
     return TrafficRun(
         loop=shell._kvp_loop, decisions=decisions, memory=tuple(shell._kvp_memory),
         outputs={rid: tuple(out) for rid, out in shell._kvp_done.items()}, inflight=tuple(shell._kvp_findings),
-        error=error, aborts=tuple(shell._kvp_aborts), build_s=round(build_s, 3), loop_s=round(time.perf_counter() - t1, 3),
+        error=error, aborts=tuple(shell._kvp_aborts), build_s=round(build_s, 3),
+        loop_s=round(time.perf_counter() - t1, 3),
         record_s=round(shell._kvp_recorder.seconds, 3), cells_past_width=shell._kvp_recorder.written_past_width(),
         player={"release": ctx.info.get("version") or entry.version, "adapter": shell._kvp_adapter.name,
                 "scheduler_generation": shell._kvp_adapter.generation, "tree": _tree_label(shell._kvp_world)},
