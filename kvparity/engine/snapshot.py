@@ -149,17 +149,24 @@ class HostState:
     available_size: int
     in_flight: tuple[int, ...] = ()
     fetched: int = 0
+    storage_faults: tuple[str, ...] = ()  # the storage calls SGLang's injector failed so far, by name (the nemesis)
 
     def to_plain(self) -> dict[str, Any]:
         return {"slots": self.slots, "free": list(self.free), "available_size": self.available_size,
-                "in_flight": list(self.in_flight), "fetched": self.fetched,
+                "in_flight": list(self.in_flight), "fetched": self.fetched, "storage_faults": list(self.storage_faults),
                 "nodes": [node.to_plain() for node in self.nodes]}
 
     @classmethod
     def from_plain(cls, data: dict[str, Any]) -> HostState:
         return cls(slots=int(data["slots"]), free=tuple(data["free"]), available_size=int(data["available_size"]),
                    in_flight=tuple(data.get("in_flight", ())), fetched=int(data.get("fetched", 0)),
+                   storage_faults=tuple(data.get("storage_faults", ())),
                    nodes=tuple(HostNode.from_plain(node) for node in data["nodes"]))
+
+    @property
+    def read_faults(self) -> int:
+        """The storage reads (``batch_get``, ``batch_get_v1``, ...) SGLang's injector failed so far."""
+        return sum(call.startswith("batch_get") for call in self.storage_faults)
 
     @property
     def host_only_tokens(self) -> int:
@@ -374,9 +381,13 @@ STATE_POOL = "mamba"
 # The tokens a cache controller's page transfers brought from storage, counted where kvparity runs
 # its transfer thread's loop (``host_tier``), kept on the controller under this name.
 FETCHED_TOKENS = "kvparity_fetched_tokens"
+# The storage calls SGLang's failure injector failed, by name (the nemesis's storage faults), listed
+# where kvparity seeds the injector (``host_tier``), kept on the controller under this name.
+STORAGE_FAULTS = "kvparity_storage_faults"
 
 
-def host_state(host_pool: Any, nodes: list[HostNode], in_flight: set[int], fetched: int = 0) -> HostState:
+def host_state(host_pool: Any, nodes: list[HostNode], in_flight: set[int], fetched: int = 0,
+               storage_faults: tuple[str, ...] = ()) -> HostState:
     """A host tier's pool (the KV's, or a Mamba model's states'): its free slots (the free list and,
     from 0.5.20, the freed chunks not yet merged back into it), the tree's nodes holding host
     values (``HostNode``s), the slots fetches from storage hold, the tokens fetched so far."""
@@ -384,7 +395,7 @@ def host_state(host_pool: Any, nodes: list[HostNode], in_flight: set[int], fetch
     free = torch.cat([_host_copy(host_pool.free_slots), *released]) if released else _host_copy(host_pool.free_slots)
     return HostState(slots=int(host_pool.size), free=tuple(int(s) for s in free.tolist()),
                      nodes=tuple(nodes), available_size=int(host_pool.available_size()),
-                     in_flight=tuple(sorted(in_flight)), fetched=fetched)
+                     in_flight=tuple(sorted(in_flight)), fetched=fetched, storage_faults=storage_faults)
 
 
 def kv_in_flight(tree: Any) -> set[int]:
@@ -496,7 +507,8 @@ def _world_state(world: Any, radix: bool, reqs: Iterable[Any] = ()) -> dict[str,
             world.req_to_token_pool, world.tree_cache, radix, world.state_slots, world.request_rows, reqs),
         "host": None if getattr(world, "host_pool", None) is None else host_state(
             world.host_pool, world.host_nodes(), kv_in_flight(world.tree_cache),
-            int(getattr(world.tree_cache.cache_controller, FETCHED_TOKENS, 0))),
+            int(getattr(world.tree_cache.cache_controller, FETCHED_TOKENS, 0)),
+            tuple(getattr(world.tree_cache.cache_controller, STORAGE_FAULTS, ()))),
         "state_host": None if getattr(world, "state_host_pool", None) is None else host_state(
             world.state_host_pool, world.state_host_nodes(), state_in_flight(world.tree_cache)),
     }

@@ -25,7 +25,9 @@ from kvparity.model.classes import (
     TRAFFIC_STATE_RESTORED,
     TRAFFIC_STATE_RETRACTED_RESTORED,
     TRAFFIC_STATE_RETRACTION,
+    TRAFFIC_STORAGE_FAULT,
     TRAFFIC_STORAGE_HIT,
+    TRAFFIC_STORAGE_READ_FAULT,
     TRAFFIC_TOMBSTONE,
     TRAFFIC_TOMBSTONE_HIT,
     TRAFFIC_WINDOW_EVICTED,
@@ -90,6 +92,10 @@ def host_classes(result: TrafficRun) -> set[str]:
             found.add(TRAFFIC_HOST_RETRACTION)
         if snap.host.fetched:  # tokens brought from storage (slots held for a fetch may find nothing there)
             found.add(TRAFFIC_STORAGE_HIT)
+        if snap.host.read_faults:
+            found.add(TRAFFIC_STORAGE_READ_FAULT)
+        if len(snap.host.storage_faults) > snap.host.read_faults:
+            found.add(TRAFFIC_STORAGE_FAULT)
         before = now
     return found | _state_load_backs(result)
 

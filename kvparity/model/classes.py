@@ -97,7 +97,11 @@ TRAFFIC_HOST = (TRAFFIC_HOST_DEMOTED, TRAFFIC_HOST_LOAD_BACK, TRAFFIC_HOST_EVICT
 TRAFFIC_ABORTS = {state: f"nemesis: a request aborted {words}" for state, words in (
     ("waiting", "while waiting"), ("between chunks", "between chunks of its prefill"),
     ("prefilled", "right after its prefill"), ("decoding", "while decoding"), ("retracted", "after its retraction"))}
-TRAFFIC_NEMESIS = tuple(TRAFFIC_ABORTS.values())
+# Storage calls SGLang's own failure injector failed (the host tier's storage, 0.5.23+): a read of
+# pages a prefetch asked for, or another call (the hit query, a backup).
+TRAFFIC_STORAGE_READ_FAULT = "nemesis: a storage read failed (host tier, SGLang's failure injector)"
+TRAFFIC_STORAGE_FAULT = "nemesis: a storage query or backup failed (host tier, SGLang's failure injector)"
+TRAFFIC_NEMESIS = (*TRAFFIC_ABORTS.values(), TRAFFIC_STORAGE_READ_FAULT, TRAFFIC_STORAGE_FAULT)
 
 
 def _ceil(a: int, b: int) -> int:

@@ -10,6 +10,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from kvparity.mem_cache.schedule_policy import POLICIES
+from kvparity.model.classes import TRAFFIC_ABORTS
 from kvparity.model.scenario import tokens_python
 from kvparity.model.worlds import Geometry
 
@@ -30,13 +31,15 @@ HICACHE_WRITE_POLICIES = ("write_through", "write_back", "write_through_selectiv
 @dataclass(frozen=True)
 class HostOffer:
     """The host tiers a release's server is driven with: whether its host pool may be smaller than
-    the device's (``both``: what two releases compared both take). Every release from 0.5.3 is
-    driven with every write policy and with the file storage tier."""
+    the device's (``both``: what two releases compared both take), and whether its storage calls
+    can be failed by SGLang's own failure injector (0.5.23+). Every release from 0.5.3 is driven
+    with every write policy and with the file storage tier."""
 
     smaller: bool = True
+    storage_faults: bool = False
 
     def both(self, other: HostOffer) -> HostOffer:
-        return HostOffer(self.smaller and other.smaller)
+        return HostOffer(self.smaller and other.smaller, self.storage_faults and other.storage_faults)
 
 
 EVERY_HOST_TIER = HostOffer()  # what a release from 0.5.15 serves
@@ -103,9 +106,14 @@ class ServerConfig:
     hicache_storage: bool = False  # SGLang's file backend as a third tier (--hicache-storage-backend file)
     # The fault mode: every device-host transfer is acknowledged this many iterations late (a slow copy).
     hicache_ack_delay: int = 0
-    # The storage fault mode: SGLang's own failure injector (0.5.23+) fails each storage call with
-    # this probability (kvparity seeds it). Not drawn: a release without the injector refuses it.
+    # The storage fault mode (the nemesis): SGLang's own failure injector (0.5.23+) fails each
+    # storage call with this probability, its generator seeded with ``hicache_storage_seed`` (so a
+    # run replays its faults), for the calls whose names start with ``hicache_storage_failing``
+    # ("": every call; "batch_get": the reads of a prefetch). Drawn where both releases have the
+    # injector; one without refuses it.
     hicache_storage_failure: float = 0.0
+    hicache_storage_seed: int = 0
+    hicache_storage_failing: str = ""
 
     @property
     def cache(self) -> str:
@@ -212,12 +220,22 @@ class TrafficScenario:
     # its arrivals), sent through SGLang's own abort path as its tokenizer manager sends it
     # (``Scheduler.abort_request(AbortReq(rid=...))``). A request is aborted at most once.
     aborts: tuple[tuple[str, ...], ...] = field(default=())
+    # The nemesis's aborts on a state: (rid, state) - the request's client disconnects at the start
+    # of the first pass that finds it in that state of its life (a key of ``TRAFFIC_ABORTS``: between
+    # chunks, decoding, retracted, ...), if one does. Armed from the request's arrival.
+    abort_when: tuple[tuple[str, str], ...] = field(default=())
 
     def __post_init__(self) -> None:
         rids = [a.rid for group in self.arrivals for a in group]
         if len(set(rids)) != len(rids):
             raise ValueError(f"TrafficScenario: duplicate request ids in {rids}")
-        aborted = [rid for group in self.aborts for rid in group]
+        for rid, state in self.abort_when:
+            if rid not in rids:
+                raise ValueError(f"TrafficScenario: request {rid!r} is aborted when {state!r}, but never arrives")
+            if state not in TRAFFIC_ABORTS:
+                raise ValueError(f"TrafficScenario: request {rid!r} is aborted when {state!r}: expected one of "
+                                 f"{tuple(TRAFFIC_ABORTS)}")
+        aborted = [rid for group in self.aborts for rid in group] + [rid for rid, _ in self.abort_when]
         arrived_at = {a.rid: i for i, group in enumerate(self.arrivals) for a in group}
         for i, group in enumerate(self.aborts):
             for rid in group:
@@ -233,10 +251,13 @@ class TrafficScenario:
 
     def to_plain(self) -> tuple[dict[str, Any], list[list[dict[str, Any]]]]:
         """``run_traffic``'s ``config`` and ``arrivals``: per iteration, the arrivals, then the
-        aborts (``{"abort": rid}``)."""
+        aborts on a state armed there (``{"abort": rid, "when": state}``, at the request's
+        arrival), then the aborts (``{"abort": rid}``)."""
         groups: list[list[dict[str, Any]]] = [[] for _ in range(self.iterations)]
+        when = dict(self.abort_when)
         for i, group in enumerate(self.arrivals):
             groups[i] += [a.to_plain() for a in group]
+            groups[i] += [{"abort": a.rid, "when": when[a.rid]} for a in group if a.rid in when]
         for i, rids in enumerate(self.aborts):
             groups[i] += [{"abort": rid} for rid in rids]
         return asdict(self.config), groups
@@ -253,9 +274,8 @@ class TrafficScenario:
         for group in self.arrivals:
             shown = ", ".join(f"Arrival({a.rid!r}, {tokens_python(a.tokens)}, {a.max_new_tokens})" for a in group)
             lines.append(f"    ({shown}{',' if len(group) == 1 else ''}),")
-        if not self.aborts:
-            return "\n".join(lines + ["))"])
-        return "\n".join(lines + [f"), aborts={self.aborts!r})"])
+        nemesis = "".join(f", {name}={getattr(self, name)!r}" for name in ("aborts", "abort_when") if getattr(self, name))
+        return "\n".join(lines + [f"){nemesis})"])
 
 
 
@@ -272,6 +292,8 @@ def traffic_to_dict(scenario: TrafficScenario) -> dict[str, Any]:
     body: dict[str, Any] = {"config": config, "arrivals": arrivals}
     if scenario.aborts:
         body["aborts"] = [list(group) for group in scenario.aborts]
+    if scenario.abort_when:
+        body["abort_when"] = [list(pair) for pair in scenario.abort_when]
     return {"traffic": body}
 
 
@@ -286,4 +308,5 @@ def traffic_from_dict(data: dict[str, Any]) -> TrafficScenario:
     arrivals = tuple(tuple(Arrival(str(a["rid"]), tuple(int(t) for t in a["tokens"]), int(a["max_new_tokens"]))
                            for a in group) for group in body["arrivals"])
     aborts = tuple(tuple(str(rid) for rid in group) for group in body.get("aborts", ()))
-    return TrafficScenario(config, arrivals, aborts)
+    when = tuple((str(rid), str(state)) for rid, state in body.get("abort_when", ()))
+    return TrafficScenario(config, arrivals, aborts, when)

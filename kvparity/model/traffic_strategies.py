@@ -73,19 +73,28 @@ def mamba_models(draw: Any, config: ServerConfig) -> ServerConfig:
 
 
 @st.composite
-def host_tiers(draw: Any, config: ServerConfig, offer: HostOffer = EVERY_HOST_TIER) -> ServerConfig:
+def host_tiers(draw: Any, config: ServerConfig, offer: HostOffer = EVERY_HOST_TIER, faults: bool = False) -> ServerConfig:
     """``config`` with a host tier: a device pool small enough that the warm-up's prompts are
     evicted from it (128 slots hold any one request drawn here), a host pool smaller than the
     device's (the host evicts what the warm-up left) or larger (it keeps it), any write policy, and
     half the time the file storage tier (where what the host evicted is found again), the host's
     size where the releases' ``offer`` allows; a third of
     the time its transfers are slow (acknowledged one or two iterations late: what they list stays
-    listed across iterations)."""
-    return dataclasses.replace(
+    listed across iterations). With the nemesis's ``faults`` (where the offer has SGLang's failure
+    injector), three storage tiers in four fail some of their calls (mostly the reads of a
+    prefetch, else any call: the hit query, a backup), from a drawn seed."""
+    config = dataclasses.replace(
         config, kv_slots=128 if config.kv_slots < 256 else draw(st.sampled_from((96, 128))),
         hicache_ratio=draw(st.sampled_from((0.75, 1.5, 2.0) if offer.smaller else (1.5, 2.0))),
         hicache_write_policy=draw(st.sampled_from(HICACHE_WRITE_POLICIES)), hicache_storage=draw(st.booleans()),
         hicache_ack_delay=draw(st.sampled_from((0, 0, 0, 0, 1, 2))))
+    if not (faults and offer.storage_faults and config.hicache_storage):
+        return config
+    failure = draw(st.sampled_from((0.0, 0.25, 0.5, 1.0)))
+    if not failure:
+        return config
+    return dataclasses.replace(config, hicache_storage_failure=failure, hicache_storage_seed=draw(st.integers(0, 2**16 - 1)),
+                               hicache_storage_failing=draw(st.sampled_from(("batch_get", "batch_get", ""))))
 
 
 def _fillers(draw: Any, config: ServerConfig) -> list[tuple[Arrival, ...]]:
@@ -115,9 +124,9 @@ def traffic_scenarios(draw: Any, policies: tuple[str, ...] = POLICIES, cache: st
     elif cache == "mamba":
         config = draw(mamba_models(config))
     elif cache == "hicache":
-        config = draw(host_tiers(config, host_offer))
+        config = draw(host_tiers(config, host_offer, nemesis))
     elif cache == "hicache-mamba":
-        config = draw(host_tiers(draw(mamba_models(config)), host_offer))
+        config = draw(host_tiers(draw(mamba_models(config)), host_offer, nemesis))
     stems = [tuple(range(100_000 * (k + 1), 100_000 * (k + 1) + _STEM)) for k in range(2)]
     cached = [draw(st.sampled_from(stems))[: draw(st.integers(4, _STEM))] for _ in range(draw(st.integers(1, 3)))]
     arrivals: list[tuple[Arrival, ...]] = [(Arrival(f"c{i}", p, 1),) for i, p in enumerate(cached)]
@@ -143,8 +152,8 @@ def traffic_scenarios(draw: Any, policies: tuple[str, ...] = POLICIES, cache: st
         outputs = draw(st.integers(32, 48) if pressure else st.integers(1, 6))
         burst.append(Arrival(f"r{i}", base[:cut] + own, outputs))
     arrivals.append(tuple(burst))
-    aborts = draw(_aborts(burst, len(arrivals) - 1)) if nemesis else ()
-    return TrafficScenario(config, tuple(arrivals), aborts)
+    aborts, when = draw(_aborts(burst, len(arrivals) - 1)) if nemesis else ((), ())
+    return TrafficScenario(config, tuple(arrivals), aborts, when)
 
 
 # How many iterations after its arrival a client aborts a request: 0 while it waits (the abort comes
@@ -153,15 +162,22 @@ def traffic_scenarios(draw: Any, policies: tuple[str, ...] = POLICIES, cache: st
 ABORT_DELAYS = (0, 1, 2, 3, 5, 8, 13, 21)
 
 
+# The states an abort waits for (``TrafficScenario.abort_when``): those a drawn delay rarely meets.
+ABORT_ON_STATES = ("between chunks", "prefilled", "decoding", "retracted")
+
+
 @st.composite
-def _aborts(draw: Any, burst: list[Arrival], arrival: int) -> tuple[tuple[str, ...], ...]:
-    """The nemesis's client aborts: some of the burst's requests (none in a quarter of scenarios),
-    each at a drawn delay after the burst's iteration ``arrival``."""
+def _aborts(draw: Any, burst: list[Arrival], arrival: int
+            ) -> tuple[tuple[tuple[str, ...], ...], tuple[tuple[str, str], ...]]:
+    """The nemesis's client aborts (none in a quarter of scenarios): some of the burst's requests,
+    each at a drawn delay after the burst's iteration ``arrival`` or, as often, on a drawn state
+    of its life (the first pass that finds it there). Returns (``aborts``, ``abort_when``)."""
     if not burst or draw(st.integers(0, 3)) == 0:
-        return ()
+        return (), ()
     chosen = draw(st.lists(st.sampled_from([a.rid for a in burst]), min_size=1, max_size=3, unique=True))
-    at = {rid: arrival + draw(st.sampled_from(ABORT_DELAYS)) for rid in chosen}
-    groups: list[tuple[str, ...]] = [() for _ in range(max(at.values()) + 1)]
+    on_state = {rid: draw(st.sampled_from(ABORT_ON_STATES)) for rid in chosen if draw(st.booleans())}
+    at = {rid: arrival + draw(st.sampled_from(ABORT_DELAYS)) for rid in chosen if rid not in on_state}
+    groups: list[tuple[str, ...]] = [() for _ in range(max(at.values(), default=-1) + 1)]
     for rid, i in sorted(at.items(), key=lambda item: item[1]):
         groups[i] += (rid,)
-    return tuple(groups)
+    return tuple(groups), tuple(on_state.items())

@@ -137,7 +137,9 @@ def _valid(make: Callable[[], T]) -> Iterator[T]:
 
 def traffic_candidates(scenario: TrafficScenario) -> Iterator[TrafficScenario]:
     aborted = [rid for group in scenario.aborts for rid in group]
-    for rid in aborted:  # a fault the difference does not need goes first
+    for rid, _ in scenario.abort_when:  # a fault the difference does not need goes first
+        yield from _valid(lambda: replace(scenario, abort_when=tuple(p for p in scenario.abort_when if p[0] != rid)))  # noqa: B023
+    for rid in aborted:
         yield from _valid(lambda: without_abort(scenario, rid))  # noqa: B023
     for rid in aborted:  # else the same abort one iteration sooner
         yield from _valid(lambda: abort_sooner(scenario, rid))  # noqa: B023
@@ -164,7 +166,8 @@ def traffic_without_requests(scenario: TrafficScenario, rids: set[str]) -> Traff
     if not any(arrivals):
         raise ValueError("a traffic scenario needs a request")
     aborts = tuple(tuple(rid for rid in group if rid not in rids) for group in scenario.aborts)
-    return replace(scenario, arrivals=_trimmed(arrivals), aborts=_trimmed(aborts))
+    when = tuple((rid, state) for rid, state in scenario.abort_when if rid not in rids)
+    return replace(scenario, arrivals=_trimmed(arrivals), aborts=_trimmed(aborts), abort_when=when)
 
 
 def without_iteration(scenario: TrafficScenario, index: int) -> TrafficScenario:

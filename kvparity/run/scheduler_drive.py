@@ -37,6 +37,7 @@ from kvparity.model.classes import (
     TRAFFIC_NEMESIS,
     TRAFFIC_REQUIRED,
     TRAFFIC_STATE,
+    TRAFFIC_STORAGE_READ_FAULT,
     TRAFFIC_WINDOW,
 )
 from kvparity.model.traffic import CACHE_NAMES, LOOPS, TrafficScenario, traffic_to_dict
@@ -221,9 +222,11 @@ class SchedulerDrive:
         reference = played.result[0][0]
         counts = rare_counts(reference)
         steered = {name: float(counts[name]) for name in STEERED}
-        if self.nemesis:  # toward the abort states a drawn delay rarely meets
+        if self.nemesis:  # toward the abort states a drawn delay rarely meets, and failed storage reads
             states = [state for _, _, state in reference.aborts]
             steered |= {TRAFFIC_ABORTS[s]: float(states.count(s)) for s in NEMESIS_STEERED}
+            host = reference.memory[-1].host if reference.memory else None
+            steered[TRAFFIC_STORAGE_READ_FAULT] = float(host.read_faults if host else 0)
         return steered
 
     def candidates(self, scenario: TrafficScenario) -> Iterator[TrafficScenario]:
@@ -352,7 +355,7 @@ class SchedulerDrive:
 
     def size(self, scenario: TrafficScenario) -> str:
         requests = sum(len(group) for group in scenario.arrivals)
-        aborts = sum(len(group) for group in scenario.aborts)
+        aborts = sum(len(group) for group in scenario.aborts) + len(scenario.abort_when)
         return f"{requests} requests over {len(scenario.arrivals)} iterations" + (f", {aborts} aborted" if aborts else "")
 
     def to_dict(self, scenario: TrafficScenario) -> dict[str, Any]:

@@ -210,8 +210,32 @@ REAL_HOST_MUTANTS: tuple[RealMutant, ...] = (
                "            else:\n                num_evicted += self._evict_regular(x)\n",
                against="0.5.15"),
 )
+# For the nemesis (issue 48): copies of 0.5.23 whose failure paths go wrong, each acting only under a
+# fault the nemesis draws (a client's abort, a storage read that fails); killed by ``--drive
+# scheduler --nemesis`` against the release.
+_SCHEDULER = "sglang/srt/managers/scheduler.py"
+_CHUNKED_ABORT = ("        self._release_aborted_request(req)\n        release_kv_cache(req, self.tree_cache, checkpoint=False)\n"
+                  "\n        self.chunked_req = None\n")
+REAL_NEMESIS_MUTANTS: tuple[RealMutant, ...] = (
+    RealMutant("abort-between-chunks-keeps-kv",
+               "a request aborted between chunks is dropped without giving its row and KV slots back (leaked)",
+               "0.5.23", _SCHEDULER, _CHUNKED_ABORT,
+               "        self._release_aborted_request(req)\n\n        self.chunked_req = None\n", against="0.5.23"),
+    RealMutant("abort-between-chunks-inserted",
+               "a request aborted between chunks has its chunks inserted into the radix tree anyway, as if it "
+               "had finished", "0.5.23", _SCHEDULER, _CHUNKED_ABORT,
+               _CHUNKED_ABORT.replace("checkpoint=False", "checkpoint=True"), against="0.5.23"),
+    RealMutant("storage-failed-read-counted",
+               "a page the storage tier failed to read is counted as fetched: the host slots it was to fill are "
+               "loaded back as the prefix's KV", "0.5.23", "sglang/srt/managers/cache_controller.py",
+               "                    f\"Prefetch operation {operation.request_id} failed to retrieve page {hash_values[i]}.\"\n"
+               "                )\n                break\n            if operation.is_terminated():\n",
+               "                    f\"Prefetch operation {operation.request_id} failed to retrieve page {hash_values[i]}.\"\n"
+               "                )\n                count += 1\n                continue\n"
+               "            if operation.is_terminated():\n", against="0.5.23"),
+)
 ALL_REAL_MUTANTS = (REAL_MUTANTS + REAL_MUTANTS_PREFIX_LEN + REAL_INFLIGHT_MUTANTS + REAL_MEMORY_MUTANTS
-                    + REAL_WINDOW_MUTANTS + REAL_STATE_MUTANTS + REAL_HOST_MUTANTS)
+                    + REAL_WINDOW_MUTANTS + REAL_STATE_MUTANTS + REAL_HOST_MUTANTS + REAL_NEMESIS_MUTANTS)
 REAL_MUTANTS_BY_NAME = {m.name: m for m in ALL_REAL_MUTANTS}
 
 

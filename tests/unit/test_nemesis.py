@@ -53,3 +53,110 @@ def test_sglangs_own_abort_path_ends_a_waiting_and_a_decoding_request(scheduler_
     assert run.outputs["w"] == () and 0 < len(run.outputs["d"]) < 8  # d stopped short of its 8 tokens
     assert {TRAFFIC_ABORTS["waiting"], TRAFFIC_ABORTS["decoding"]} <= traffic_classes(SCENARIO, run)
     assert not traffic_problems(SCENARIO, run)  # every slot and row came back
+
+
+# A request aborted between the chunks of its prefill: c's 13 tokens go in chunks of 4; the abort
+# reaches the scheduler at iteration 1, after c's first chunk; d (c's prompt and two more) arrives later.
+C = tuple(range(2000, 2013))
+BETWEEN_CHUNKS = ((Arrival("c", C, 2),), (), (), (Arrival("d", C + (7, 8), 2),))
+
+
+@pytest.mark.parametrize(("name", "loop", "shown"), [
+    # The slots conservation oracle sees the leak at the abort's pass (in the normal loop SGLang's
+    # own leak check raises at the next idle pass, after it).
+    ("abort-between-chunks-keeps-kv", "overlap", "oracle"),
+    # The tree keeps what the release frees: the memory differs at once, under the same decisions.
+    ("abort-between-chunks-inserted", "normal", "memory"),
+])
+def test_a_mutant_on_the_chunked_abort_path_is_caught_only_when_a_chunked_request_is_aborted(
+        release_workers, tmp_path, name, loop, shown):
+    """0.5.23 tears an aborted chunked request down at the next pass's start
+    (``process_pending_chunked_abort``): its row and slots given back, nothing kept by the tree.
+    A copy that leaks them, or inserts the chunks into the tree, agrees with the release on the
+    same traffic without the abort."""
+    from kvparity.engine.real.install import resolve
+    from kvparity.engine.traffic_players import RealTrafficPlayer
+    from kvparity.judge.admission import judge_traffic
+    from kvparity.teeth.real_zoo import REAL_MUTANTS_BY_NAME, make_mutated_copy
+
+    mutant = REAL_MUTANTS_BY_NAME[name]
+    release = RealTrafficPlayer(resolve(mutant.version), release_workers(mutant.version))
+    broken = RealTrafficPlayer(resolve(str(make_mutated_copy(resolve(mutant.version), mutant, tmp_path / "copy"))))
+    config = ServerConfig(loop=loop, chunked_prefill_size=4, max_prefill_tokens=16)
+    try:
+        for aborts, agree in (((), True), (((), ("c",)), False)):
+            scenario = TrafficScenario(config, BETWEEN_CHUNKS, aborts=aborts)
+            ours = release.play(scenario)
+            assert ours.aborts == (((1, "c", "between chunks"),) if aborts else ())
+            judgement = judge_traffic(scenario, ours, broken.play(scenario), release.world_id, broken.world_id)
+            assert judgement.agree == agree, judgement.line()
+        assert judgement.kind == shown, judgement.line()
+    finally:
+        broken.close()
+
+
+def failing_reads(failure: float, seed: int = 0) -> TrafficScenario:
+    """A storage tier whose reads fail (SGLang's own injector, for ``batch_get`` only): ``a`` and
+    then three requests of 40 tokens of their own pass through a device of 64 slots and a host of
+    129, so the host evicts a's KV and storage keeps it; ``d`` (a's prompt and two more) asks
+    storage for it."""
+    config = ServerConfig(pool_rows=4, max_running_requests=4, kv_slots=64, hicache_ratio=2.0, hicache_storage=True,
+                          hicache_storage_failure=failure, hicache_storage_seed=seed,
+                          hicache_storage_failing="batch_get")
+    fresh = [(Arrival(f"f{k}", tuple(range(1000 * k, 1000 * k + 40)), 1),) for k in (2, 3, 4)]
+    return TrafficScenario(config, ((Arrival("a", A, 1),), (), *[g for f in fresh for g in (f, ())],
+                                    (Arrival("d", A + (5, 6), 2),)))
+
+
+def test_a_failed_storage_read_is_recomputed_around_and_counted_as_a_fault(release_workers):
+    """Every read failing: 0.5.23 finds a's prefix in storage (the hit query passes) but reads
+    nothing back, so d recomputes it (no hit, no read of wrong KV, every slot accounted for); the
+    host snapshot lists the failed read by name, and the run meets the read-fault class."""
+    from kvparity.judge.traffic_classes import host_classes
+    from kvparity.model.classes import TRAFFIC_STORAGE_FAULT, TRAFFIC_STORAGE_READ_FAULT
+
+    scenario = failing_reads(1.0)
+    config, groups = scenario.to_plain()
+    run = TrafficRun.from_plain(release_workers("0.5.23").call("run_traffic", config=config, arrivals=groups))
+    assert run.error is None and not traffic_problems(scenario, run)
+    assert run.memory[-1].host.storage_faults == ("batch_get",) and run.memory[-1].host.fetched == 0
+    hits = {rid: hit for rec in run.decisions if rec.mode == "EXTEND" for rid, hit in zip(rec.rids, rec.prefix_lens)}
+    assert hits["d"] == 0
+    assert TRAFFIC_STORAGE_READ_FAULT in host_classes(run) and TRAFFIC_STORAGE_FAULT not in host_classes(run)
+
+
+def test_a_failed_storage_read_counted_as_fetched_is_read_as_wrong_kv(release_workers, tmp_path):
+    """The copy that counts a page storage failed to read as fetched loads the host slots the read
+    was to fill into d's prefix: the canary reads another request's KV there. Without the fault
+    the copy and the release agree."""
+    from kvparity.engine.real.install import resolve
+    from kvparity.engine.traffic_players import RealTrafficPlayer
+    from kvparity.judge.admission import judge_traffic
+    from kvparity.teeth.real_zoo import REAL_MUTANTS_BY_NAME, make_mutated_copy
+
+    mutant = REAL_MUTANTS_BY_NAME["storage-failed-read-counted"]
+    release = RealTrafficPlayer(resolve(mutant.version), release_workers(mutant.version))
+    broken = RealTrafficPlayer(resolve(str(make_mutated_copy(resolve(mutant.version), mutant, tmp_path / "copy"))))
+    try:
+        judged = [judge_traffic(s, release.play(s), broken.play(s), release.world_id, broken.world_id)
+                  for s in (failing_reads(0.0), failing_reads(1.0))]
+    finally:
+        broken.close()
+    assert judged[0].agree
+    assert judged[1].kind == "canary" and "request d read position 0" in judged[1].line(), judged[1].line()
+
+
+def test_an_abort_on_a_state_waits_for_the_first_pass_that_finds_the_request_there(scheduler_workers):
+    """``abort_when``: c is aborted at the first pass that finds it between two chunks of its
+    prefill (iteration 1, after its first chunk of 4), d at the first that finds it decoding; the
+    abort is armed in the arrival's pass and goes to SGLang's own abort path like any other."""
+    scenario = TrafficScenario(ServerConfig(chunked_prefill_size=4, max_prefill_tokens=16), BETWEEN_CHUNKS,
+                               abort_when=(("c", "between chunks"), ("d", "decoding")))
+    assert traffic_from_dict(traffic_to_dict(scenario)) == scenario
+    config, groups = scenario.to_plain()
+    run = TrafficRun.from_plain(scheduler_workers["0.5.3"].call("run_traffic", config=config, arrivals=groups))
+    assert run.error is None and not traffic_problems(scenario, run)
+    assert [(rid, state) for _, rid, state in run.aborts] == [("c", "between chunks"), ("d", "decoding")]
+    assert run.aborts[0][0] == 1 and len(run.outputs["c"]) < 2  # 0.5.3 ends it after one more forward
+    with pytest.raises(ValueError, match="aborted when 'asleep'"):
+        TrafficScenario(ServerConfig(), BETWEEN_CHUNKS, abort_when=(("c", "asleep"),))

@@ -65,7 +65,7 @@ import torch
 
 from kvparity.engine.real import RealSGLangError
 from kvparity.engine.real.names import lookup
-from kvparity.engine.snapshot import FETCHED_TOKENS, STATE_POOL
+from kvparity.engine.snapshot import FETCHED_TOKENS, STATE_POOL, STORAGE_FAULTS
 
 # A HiCache world's KV: float32, head_dim KV_LANES (the canary's lanes, ``LaneStore``, need 7).
 KV_LANES = 8
@@ -96,8 +96,11 @@ class HostTier:
     storage: bool = False  # SGLang's file backend as a third tier
     ack_delay: int = 0  # the fault mode: every transfer acknowledged this many iterations late
     # The storage fault mode: SGLang's own failure injector (0.5.23+) fails each storage call with
-    # this probability, drawn from a generator seeded per world (SGLang's is unseeded).
+    # this probability, drawn from a generator seeded with ``storage_seed`` (SGLang's is unseeded),
+    # for the calls whose names start with ``storage_failing`` ("": every call).
     storage_failure: float = 0.0
+    storage_seed: int = 0
+    storage_failing: str = ""
 
     @classmethod
     def of(cls, config: dict[str, Any]) -> HostTier | None:
@@ -106,7 +109,8 @@ class HostTier:
             return None
         return cls(float(config["hicache_ratio"]), str(config.get("hicache_write_policy", "write_through")),
                    bool(config.get("hicache_storage", False)), int(config.get("hicache_ack_delay", 0)),
-                   float(config.get("hicache_storage_failure", 0.0)))
+                   float(config.get("hicache_storage_failure", 0.0)), int(config.get("hicache_storage_seed", 0)),
+                   str(config.get("hicache_storage_failing", "")))
 
     def server_fields(self, states: bool = False) -> dict[str, Any]:
         """The server arguments that attach this tier (what a CPU can copy with: io backend
@@ -384,7 +388,7 @@ def _driven(tree: Any, tier: HostTier, folder: str | None) -> Any:
         weakref.finalize(tree, shutil.rmtree, folder, True)
         _run_storage_inline(tree.cache_controller)
     if tier.storage_failure:
-        _seed_storage_failures()
+        _seed_storage_failures(tier, tree.cache_controller)
     if tier.ack_delay:
         _delay_acks(tree, tier.ack_delay)
     return host
@@ -646,7 +650,6 @@ def _chain(prior: bytes | None, tokens: list[int]) -> bytes:
 # SGLang's failure injector's setting (read when the storage backend is built; 0.5.23+).
 STORAGE_FAILURE_ENV = "SGLANG_TEST_HICACHE_BACKEND_RANDOM_FAILURE"
 _INJECTOR = "sglang.srt.mem_cache.hicache_storage:HiCacheStorageFailureInjector"
-STORAGE_FAILURE_SEED = 0
 
 
 def _publish_storage_failure(probability: float) -> None:
@@ -657,11 +660,48 @@ def _publish_storage_failure(probability: float) -> None:
         os.environ.pop(STORAGE_FAILURE_ENV, None)
 
 
-def _seed_storage_failures() -> None:
+def _seed_storage_failures(tier: HostTier, controller: Any) -> None:
     """SGLang's injector draws from an unseeded generator per thread: seeded here (every storage
-    call runs on the scheduler's thread), so that a run replays its failures exactly."""
+    call runs on the scheduler's thread), so that a run replays its failures exactly; it draws for
+    the calls the tier's ``storage_failing`` names only, and the storage calls it fails are listed
+    by name on the world's controller (``STORAGE_FAULTS``)."""
     module, _, name = _INJECTOR.partition(":")
     injector = getattr(importlib.import_module(module), name, None)
     if injector is None:
         raise RealSGLangError("hicache_storage_failure: this SGLang has no storage failure injector (0.5.23+)")
-    injector._thread_local.random = random.Random(STORAGE_FAILURE_SEED)
+    setattr(controller, STORAGE_FAULTS, [])
+    injector._thread_local.random = _FaultGenerator(tier.storage_seed, tier.storage_failing,
+                                                    getattr(controller, STORAGE_FAULTS))
+    _list_injected_failures(injector)
+
+
+class _FaultGenerator(random.Random):
+    """The injector's generator for one world: seeded, the calls it may fail (by the start of their
+    names), and the list its failed calls go to."""
+
+    def __init__(self, seed: int, calls: str, failed: list[str]) -> None:
+        super().__init__(seed)
+        self.calls, self.failed = calls, failed
+
+
+def _list_injected_failures(injector: type) -> None:
+    """The injector's ``_inject_failure`` (once per process), where the thread's generator is a
+    world's (``_FaultGenerator``): a call that world does not fail passes without a draw, and each
+    call it fails is listed by name."""
+    inject = injector.__dict__["_inject_failure"]
+    if getattr(inject, "kvparity_lists", False):
+        return
+
+    def _inject_failure(self: Any, func_name: str) -> bool:
+        generator = getattr(self._thread_local, "random", None)
+        if not isinstance(generator, _FaultGenerator):
+            return bool(inject(self, func_name))
+        if not func_name.startswith(generator.calls):
+            return False
+        failed = bool(inject(self, func_name))
+        if failed:
+            generator.failed.append(func_name)
+        return failed
+
+    _inject_failure.kvparity_lists = True  # type: ignore[attr-defined]
+    injector._inject_failure = _inject_failure  # type: ignore[attr-defined]

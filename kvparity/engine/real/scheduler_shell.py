@@ -165,6 +165,9 @@ class _InFlight:
     rows_taken: set[tuple[int, str]] = dataclasses.field(default_factory=set)
     undo: Any = None  # a fault's undo, run at the window's end
     launch: Launch | None = None  # the batch's forward, for the canary to land
+    # Behind a WAR barrier (0.5.14+ on CUDA): every write the scheduler issues from then on waits
+    # for this batch's reads of the table, so none is a race with it.
+    fenced: bool = False
 
 
 def _runs(columns: list[int]) -> list[list[int]]:
@@ -247,6 +250,9 @@ def _shell_class(mod: Any, adapter: ShellAdapter) -> Any:
 
         def process_input_requests(self, recv_reqs: list[Any]) -> None:
             for spec in recv_reqs:
+                if "when" in spec:
+                    self._kvp_armed[str(spec["abort"])] = str(spec["when"])
+                    continue
                 if "abort" in spec:
                     self._kvp_abort(str(spec["abort"]))
                     continue
@@ -255,6 +261,7 @@ def _shell_class(mod: Any, adapter: ShellAdapter) -> Any:
                 self._kvp_reqs[req.rid] = req
                 self.init_req_max_new_tokens(req)
                 self._add_request_to_queue(req)
+            self._kvp_abort_on_state()
             self._kvp_check("process_input_requests")
 
         # ---- the nemesis: a client disconnects (SGLang's own abort path, as its tokenizer manager sends it)
@@ -264,6 +271,16 @@ def _shell_class(mod: Any, adapter: ShellAdapter) -> Any:
             io_struct = importlib.import_module("sglang.srt.managers.io_struct")
             self.abort_request(io_struct.AbortReq(rid=rid))
             self._kvp_forget(rid)
+
+        def _kvp_abort_on_state(self) -> None:
+            """The aborts on a state: each armed request found in its state now is aborted (once)."""
+            for rid, when in list(self._kvp_armed.items()):
+                state = _abort_state(self, self._kvp_reqs[rid])
+                if state == "finished":
+                    del self._kvp_armed[rid]
+                elif state == when:
+                    del self._kvp_armed[rid]
+                    self._kvp_abort(rid)
 
         def _kvp_forget(self, rid: str) -> None:
             """An aborted request SGLang no longer holds anywhere (popped from the waiting queue, or
@@ -321,9 +338,21 @@ def _shell_class(mod: Any, adapter: ShellAdapter) -> Any:
             self._kvp_check("run_batch")
             return result
 
+        def _apply_war_barrier(self, *args: Any, **kwargs: Any) -> Any:
+            """SGLang's write-after-read barrier (0.5.14+; enabled on CUDA, so kvparity applies
+            it as a server does): the schedule stream waits for the batches in flight to finish
+            reading the shared buffers (the table among them) before any later write."""
+            out = super()._apply_war_barrier(*args, **kwargs)
+            self._kvp_check("before a WAR barrier")
+            for flight in self._kvp_flights:
+                flight.fenced = True
+            return out
+
         def _kvp_check(self, step: str) -> None:
             pool = self.req_to_token_pool.req_to_token
             for flight in self._kvp_flights:
+                if flight.fenced:
+                    continue
                 for j, (req, row, n) in enumerate(zip(flight.reqs, flight.rows, flight.seq_lens)):
                     now = pool[row, :n]
                     before = flight.snapshot[j]
@@ -339,6 +368,8 @@ def _shell_class(mod: Any, adapter: ShellAdapter) -> Any:
         def _kvp_check_rows(self, batch: Any) -> None:
             row_of = self._kvp_adapter.req_row
             for flight in self._kvp_flights:
+                if flight.fenced:
+                    continue
                 owners = dict(zip(flight.rows, (r.rid for r in flight.reqs)))
                 for req in batch.reqs:
                     row = row_of(req)
@@ -448,7 +479,7 @@ def _build(ctx: Context, adapter: ShellAdapter, config: dict[str, Any], arrivals
         _kvp_arrival={}, _kvp_reqs={}, _kvp_done={}, _kvp_finished_now=[], _kvp_t0=time.perf_counter(),
         _kvp_world=world, _kvp_running=None, _kvp_launch=None, _kvp_out_cache_loc=None, _kvp_iter_launch=None,
         _kvp_iter_out=None, _kvp_adder=(), _kvp_memory=[], _kvp_pass_open=False, _kvp_flights=deque(), _kvp_stalled=0,
-        _kvp_findings=[], _kvp_fault=fault, _kvp_loop=knobs.loop, _kvp_knobs=knobs, _kvp_aborts=[],
+        _kvp_findings=[], _kvp_fault=fault, _kvp_loop=knobs.loop, _kvp_knobs=knobs, _kvp_aborts=[], _kvp_armed={},
         _kvp_dropped=set(),
         _kvp_recorder=IterationRecorder(world, radix=world.cache_kind == "radix", kv_slots=knobs.kv_slots,
                                         page_size=knobs.page_size, width=width),

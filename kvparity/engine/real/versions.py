@@ -176,6 +176,9 @@ class VersionEntry:
     # their own, MambaPoolHost, page-first layout; UnifiedRadixCache.init_hicache): "hicache-mamba"
     # (0.5.16+, where a Mamba model's server builds UnifiedRadixCache).
     host_mamba: bool = False
+    # Whether its storage backend can be wrapped in SGLang's own failure injector
+    # (HiCacheStorageFailureInjector, 0.5.23+): the nemesis's storage faults.
+    storage_failure_injector: bool = False
 
     @property
     def serves_mamba(self) -> bool:
@@ -185,7 +188,7 @@ class VersionEntry:
     @property
     def host_offer(self) -> HostOffer:
         """The host tiers kvparity drives it with: a host pool smaller than the device's where it takes one."""
-        return HostOffer(smaller=not self.host_pool_larger)
+        return HostOffer(smaller=not self.host_pool_larger, storage_faults=self.storage_failure_injector)
 
     def serves(self, cache: str) -> bool:
         """Whether kvparity drives this release serving ``cache`` (a name of ``traffic.CACHES``)."""
@@ -306,7 +309,7 @@ CHANGES: tuple[tuple[str, dict[str, object]], ...] = (
         generation="prefix_len", chunk_cache=None, admission="extend_end", prefix_default="none",
         chunk_prefix="none",
     )),
-    ("0.5.23", dict()),
+    ("0.5.23", dict(storage_failure_injector=True)),
 )
 
 # The state-model generations, each with the releases that define it (docs and refusals name them).
