@@ -84,8 +84,10 @@ def add(commands: argparse._SubParsersAction, parser_class: type) -> None:
                           "(kvparity/engine/real/changes.py: those that say how); parity then says the two releases "
                           "differ by those changes alone (scheduler-driven, real against real)")
     sub.add_argument("--nemesis", action="store_true", default=None,
-                     help="draw client aborts into the traffic scenarios, sent through each release's own "
-                          "Scheduler.abort_request (scheduler-driven, real against real; issue 48's nemesis)")
+                     help="draw client aborts into the traffic scenarios (after a delay, or on a state of the "
+                          "request's life), sent through each release's own Scheduler.abort_request, and storage "
+                          "calls that fail where both releases have SGLang's failure injector (0.5.23+) "
+                          "(scheduler-driven, real against real; issue 48's nemesis)")
     sub.add_argument("--power", metavar="P%",
                      help="play as many scenarios per task (template, or schedule policy and event loop) as rule out, "
                           "with 95%% probability, any difference reached by more than P%% of them (2%%: 149 a task); "
