@@ -30,7 +30,9 @@ from kvparity.model.classes import (
     TRAFFIC_STORAGE_READ_FAULT,
     TRAFFIC_TOMBSTONE,
     TRAFFIC_TOMBSTONE_HIT,
+    TRAFFIC_WINDOW_BELOW_PAGE,
     TRAFFIC_WINDOW_EVICTED,
+    TRAFFIC_WINDOW_OFF_PAGE,
     TRAFFIC_WINDOW_RETRACTION,
 )
 from kvparity.model.traffic import TrafficScenario
@@ -64,7 +66,19 @@ def traffic_classes(scenario: TrafficScenario, result: TrafficRun) -> set[str]:
                 found.add(TRAFFIC_BUDGET_STOP)  # rows were left, a request waited: a token budget stopped it
         finished.update(rec.finished)
     return (found | {name for name, count in rare_counts(result).items() if count} | window_classes(result)
-            | state_classes(result) | host_classes(result) | abort_classes(result))
+            | window_geometry_classes(scenario, result) | state_classes(result) | host_classes(result)
+            | abort_classes(result))
+
+
+def window_geometry_classes(scenario: TrafficScenario, result: TrafficRun) -> set[str]:
+    """The window's geometry against the page, where the run's window freed slots (so its frontier
+    was computed under it): smaller than a page, or past one and not a whole number of them."""
+    window, page = scenario.config.sliding_window, scenario.config.page_size
+    if window is None or page == 1 or not window_classes(result) & {TRAFFIC_WINDOW_EVICTED, TRAFFIC_TOMBSTONE}:
+        return set()
+    if window < page:
+        return {TRAFFIC_WINDOW_BELOW_PAGE}
+    return {TRAFFIC_WINDOW_OFF_PAGE} if window % page else set()
 
 
 def abort_classes(result: TrafficRun) -> set[str]:

@@ -74,7 +74,12 @@ TRAFFIC_WINDOW_EVICTED = "traffic: window slots freed under a running request (s
 TRAFFIC_TOMBSTONE = "traffic: a tree node whose window slots are freed (tombstone)"
 TRAFFIC_TOMBSTONE_HIT = "traffic: a radix hit while the tree holds tombstones"
 TRAFFIC_WINDOW_RETRACTION = "traffic: retraction of a sliding-window model's request"
-TRAFFIC_WINDOW = (TRAFFIC_WINDOW_EVICTED, TRAFFIC_TOMBSTONE, TRAFFIC_TOMBSTONE_HIT, TRAFFIC_WINDOW_RETRACTION)
+# The window's geometry where its frontier code runs (issue 48: window bugs live at page edges): a
+# window smaller than a page, or past a page and not a multiple of it, in a run whose window freed slots.
+TRAFFIC_WINDOW_BELOW_PAGE = "traffic: window slots freed, the window smaller than a page (sliding window)"
+TRAFFIC_WINDOW_OFF_PAGE = "traffic: window slots freed, the window not a whole number of pages (sliding window)"
+TRAFFIC_WINDOW = (TRAFFIC_WINDOW_EVICTED, TRAFFIC_TOMBSTONE, TRAFFIC_TOMBSTONE_HIT, TRAFFIC_WINDOW_RETRACTION,
+                  TRAFFIC_WINDOW_BELOW_PAGE, TRAFFIC_WINDOW_OFF_PAGE)
 # A Mamba model's shapes (issue 34), read from the state pool's snapshots. A radix hit restores the
 # state the tree keeps at the matched node by copying it into the request's own slot (copy on write).
 TRAFFIC_STATE_RESTORED = "traffic: a state restored from the tree, copied on write into the request's slot (Mamba)"

@@ -49,9 +49,11 @@ def server_configs(draw: Any, policies: tuple[str, ...] = POLICIES, pressure: bo
 @st.composite
 def windows(draw: Any, config: ServerConfig, window_pages: tuple[int, ...]) -> ServerConfig:
     """``config`` as a hybrid sliding-window model's server: a window from below a page to beyond
-    any prompt, window slots freed after a few tokens slid out (mostly; sometimes SGLang's default
-    interval, which these short requests never reach), the window pool SGLang's default share."""
-    page_size = draw(st.sampled_from(window_pages))
+    any prompt (pages of 4 two times in three where the releases page their windows; with them, two
+    windows in seven below a page, two past one and not a whole number of them), window slots freed
+    after a few tokens slid out (three times in four; else SGLang's default interval, which these
+    short requests never reach), the window pool SGLang's default share."""
+    page_size = draw(st.sampled_from(window_pages + window_pages[1:]))  # a page past one token two times in three
     chunked = config.chunked_prefill_size
     if chunked is not None:
         chunked = -(-chunked // page_size) * page_size
@@ -59,8 +61,8 @@ def windows(draw: Any, config: ServerConfig, window_pages: tuple[int, ...]) -> S
         config, page_size=page_size, chunked_prefill_size=chunked,
         # 80: beyond every drawn prompt, within every drawn window pool (a window wider than its
         # pool is no server's: SGLang then admits nothing and the run stalls).
-        sliding_window=draw(st.sampled_from((8, 1, 3, 16, 80))),
-        swa_eviction_interval=draw(st.sampled_from((1, 4, None))))
+        sliding_window=draw(st.sampled_from((8, 1, 3, 6, 16, 10, 80))),
+        swa_eviction_interval=draw(st.sampled_from((1, 4, 1, None))))
 
 
 @st.composite

@@ -5,13 +5,21 @@ scheduler and judged by the window oracle."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from kvparity.engine.snapshot import WindowState
+from kvparity.engine.traffic_run import TrafficRun
 from kvparity.judge.memory import run_problems
 from kvparity.judge.oracles import window_conserved
 from kvparity.judge.traffic_classes import traffic_classes
-from kvparity.model.classes import TRAFFIC_TOMBSTONE, TRAFFIC_WINDOW_EVICTED
+from kvparity.model.classes import (
+    TRAFFIC_TOMBSTONE,
+    TRAFFIC_WINDOW_BELOW_PAGE,
+    TRAFFIC_WINDOW_EVICTED,
+    TRAFFIC_WINDOW_OFF_PAGE,
+)
 from kvparity.model.traffic import Arrival, ServerConfig, TrafficScenario, traffic_geometry
 
 
@@ -105,6 +113,22 @@ def test_a_window_mutant_of_a_release_is_caught_where_its_window_goes_wrong(muta
     assert what in judgement.line(), judgement.line()
     reads = [read for snap in ours.memory for read in snap.record.canary]
     assert bool(reads) == wrong_reads and all(read.when == "window" and read.slot == 0 for read in reads), reads
+
+
+@pytest.mark.parametrize(("window", "shape"), [
+    (3, TRAFFIC_WINDOW_BELOW_PAGE), (6, TRAFFIC_WINDOW_OFF_PAGE), (8, None)])
+def test_a_window_at_odds_with_its_pages_is_counted_where_the_window_frees(release_workers, window, shape):
+    """Pages of 4: a window of 3 is smaller than a page, one of 6 is not a whole number of pages,
+    one of 8 is two pages; each counted only in a run whose window freed slots (the frontier was
+    computed under it)."""
+    scenario = window_scenario("normal")
+    paged = dataclasses.replace(scenario.config, page_size=4, sliding_window=window)
+    scenario = TrafficScenario(paged, scenario.arrivals)
+    config, arrivals = scenario.to_plain()
+    run = TrafficRun.from_plain(release_workers("0.5.23").call("run_traffic", config=config, arrivals=arrivals))
+    classes = traffic_classes(scenario, run)
+    assert SLID <= classes
+    assert classes & {TRAFFIC_WINDOW_BELOW_PAGE, TRAFFIC_WINDOW_OFF_PAGE} == ({shape} if shape else set())
 
 
 def test_a_window_layer_reads_only_its_window_and_a_freed_slot_inside_it_is_wrong_kv():
