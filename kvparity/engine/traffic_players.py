@@ -34,6 +34,7 @@ class TrafficPlayer(Protocol):
     caches: tuple[str, ...]  # the models it can serve (``kvparity.model.traffic.CACHES``)
     paged_windows: bool  # whether a sliding-window model's pools may take a page size above 1
     host_offer: HostOffer  # the host tiers it serves
+    tree_cores: tuple[str, ...]  # the radix tree's cores it ships (two from 0.5.21: Rust, its default, and Python)
     aborts: bool  # whether it takes the nemesis's client aborts (``TrafficScenario.aborts``)
     world_id: WorldId
 
@@ -75,6 +76,7 @@ class RealTrafficPlayer:
         self.world_id = WorldId(source_label(source), "torch", source.entry.family, source.entry.version)
         self.paged_windows = source.entry.paged_swa
         self.host_offer = source.entry.host_offer
+        self.tree_cores = source.entry.tree_cores
         self.caches = tuple(c for c in CACHES if source.entry.serves(c))
         self.owns_worker = worker is None
         self.worker = RealWorker(source, plugins=WORKER_PLUGINS) if worker is None else worker
@@ -119,6 +121,7 @@ class ModelTrafficPlayer:
     caches: tuple[str, ...] = ("full",)  # kvparity's model serves full attention only (issue 34: real against real)
     paged_windows = False
     host_offer = EVERY_HOST_TIER  # unused: kvparity's model serves no host tier
+    tree_cores: tuple[str, ...] = ()
     aborts = False  # kvparity's model has no abort path: aborts are drawn real release against real release
 
     def __init__(self, version: str, options: tuple[tuple[str, str], ...] = ()) -> None:
@@ -154,6 +157,7 @@ class CachingPlayer:
         self.player = player
         self.name, self.release, self.loops, self.world_id = player.name, player.release, player.loops, player.world_id
         self.caches, self.paged_windows, self.host_offer = player.caches, player.paged_windows, player.host_offer
+        self.tree_cores = player.tree_cores
         self.aborts = player.aborts
         self.results: dict[TrafficScenario, TrafficRun] = {}
 

@@ -16,6 +16,7 @@ from kvparity.model.classes import (
     TRAFFIC_HOST_LOAD_BACK,
     TRAFFIC_HOST_RETRACTION,
     TRAFFIC_OVERLAP_RETRACTION,
+    TRAFFIC_PYTHON_CORE,
     TRAFFIC_RADIX_HIT_RUNNING,
     TRAFFIC_REORDERED,
     TRAFFIC_RETRACTED_HIT,
@@ -67,7 +68,13 @@ def traffic_classes(scenario: TrafficScenario, result: TrafficRun) -> set[str]:
         finished.update(rec.finished)
     return (found | {name for name, count in rare_counts(result).items() if count} | window_classes(result)
             | window_geometry_classes(scenario, result) | state_classes(result) | host_classes(result)
-            | abort_classes(result))
+            | abort_classes(result) | core_classes(scenario, result))
+
+
+def core_classes(scenario: TrafficScenario, result: TrafficRun) -> set[str]:
+    """The Python radix-tree core, where the scenario asked for it and the run built it."""
+    tree = str(result.player.get("tree", ""))
+    return {TRAFFIC_PYTHON_CORE} if scenario.config.tree_core == "python" and tree.startswith("unified/python") else set()
 
 
 def window_geometry_classes(scenario: TrafficScenario, result: TrafficRun) -> set[str]:

@@ -69,6 +69,9 @@ TRAFFIC_CHUNK_IN_FLIGHT_FREED = "traffic: rows freed while a chunked prefill is 
 TRAFFIC_OVERLAP_RETRACTION = "traffic: retraction in the overlap loop"
 TRAFFIC_RETRACTED_HIT = "traffic: a retracted request readmitted on a radix hit"
 TRAFFIC_RARE = (TRAFFIC_CHUNK_IN_FLIGHT_FREED, TRAFFIC_OVERLAP_RETRACTION, TRAFFIC_RETRACTED_HIT)
+# A run on the Python radix-tree core where the release's server defaults to its Rust one (0.5.21+,
+# issue 48): the components SGLang ships as the fallback, under its own scheduler.
+TRAFFIC_PYTHON_CORE = "traffic: the Python radix-tree core, beside the Rust default (0.5.21+)"
 # A sliding-window model's shapes (issue 34), read from the window pool's snapshots.
 TRAFFIC_WINDOW_EVICTED = "traffic: window slots freed under a running request (sliding window)"
 TRAFFIC_TOMBSTONE = "traffic: a tree node whose window slots are freed (tombstone)"

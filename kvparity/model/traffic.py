@@ -84,6 +84,10 @@ class ServerConfig:
     radix_cache: bool = True
     schedule_conservativeness: float = 1.0
     loop: str = "normal"
+    # The radix tree's core where a release ships two (0.5.21+, issue 48): "python" (the fallback
+    # SGLang tests its Rust core against) or None (the server's default: Rust). A host tier's tree
+    # runs on the Python core whatever this says.
+    tree_core: str | None = None
     # A hybrid sliding-window model (issue 34): its window (tokens a window layer attends to) and its
     # window pool's slots (None: SGLang's default share of the full pool, ``SWA_FULL_TOKENS_RATIO``).
     # None: full attention only.
@@ -134,6 +138,8 @@ class ServerConfig:
             raise ValueError(f"ServerConfig.schedule_policy={self.schedule_policy!r}: expected one of {POLICIES}")
         if self.loop not in LOOPS:
             raise ValueError(f"ServerConfig.loop={self.loop!r}: expected one of {LOOPS}")
+        if self.tree_core not in (None, "python"):
+            raise ValueError(f"ServerConfig.tree_core={self.tree_core!r}: \"python\", or None for the server's default")
         for name in ("page_size", "pool_rows", "kv_slots", "max_prefill_tokens", "max_running_requests"):
             if getattr(self, name) < 1:
                 raise ValueError(f"ServerConfig.{name}={getattr(self, name)}: must be >= 1")

@@ -35,6 +35,7 @@ from kvparity.model.classes import (
     TRAFFIC_CHUNK_IN_FLIGHT_FREED,
     TRAFFIC_HOST,
     TRAFFIC_NEMESIS,
+    TRAFFIC_PYTHON_CORE,
     TRAFFIC_REQUIRED,
     TRAFFIC_STATE,
     TRAFFIC_STORAGE_READ_FAULT,
@@ -122,7 +123,7 @@ class SchedulerDrive:
     counts_all = True
     required: tuple[str, ...] = TRAFFIC_REQUIRED
     # Shown by task, not required: the hybrid models' and the nemesis's.
-    model_classes: tuple[str, ...] = TRAFFIC_WINDOW + TRAFFIC_STATE + TRAFFIC_HOST + TRAFFIC_NEMESIS
+    model_classes: tuple[str, ...] = TRAFFIC_WINDOW + TRAFFIC_STATE + TRAFFIC_HOST + TRAFFIC_NEMESIS + (TRAFFIC_PYTHON_CORE,)
 
     def __init__(self, spec: SchedulerSpec, players: tuple[TrafficPlayer, TrafficPlayer] | None = None) -> None:
         """``players``: the caller's (reference, checked), closed by the caller; without them, the
@@ -139,6 +140,9 @@ class SchedulerDrive:
         self.window_pages = (1, 4) if self.ref_player.paged_windows and self.checked_player.paged_windows else (1,)
         # A host tier both releases serve (a storage tier from 0.5.19; a small host pool from 0.5.15).
         self.host_offer = self.ref_player.host_offer.both(self.checked_player.host_offer)
+        # Both radix-tree cores where both releases ship them (0.5.21+): each task plays the Python
+        # core in half its scenarios beside the server's default, Rust.
+        self.two_cores = all({"rust", "python"} <= set(p.tree_cores) for p in (self.ref_player, self.checked_player))
         # The nemesis's client aborts, where both players take them (real releases).
         self.nemesis = spec.nemesis and self.ref_player.aborts and self.checked_player.aborts
         self.pool = ThreadPoolExecutor(1)  # the reference plays beside the checked player (real ones are processes)
@@ -176,7 +180,7 @@ class SchedulerDrive:
         loop, policy = self.loops[task.key[0]], self.spec.policies[task.key[1]]
         cache = task.key[2] if len(task.key) > 2 else "full"
         drawn = traffic_scenarios(policies=(policy,), cache=cache, window_pages=self.window_pages,
-                                  host_offer=self.host_offer, nemesis=self.nemesis)
+                                  host_offer=self.host_offer, nemesis=self.nemesis, two_cores=self.two_cores)
         return drawn.map(lambda scenario: with_loop(scenario, loop))
 
     # ---- playing and judging ----------------------------------------------------------------------

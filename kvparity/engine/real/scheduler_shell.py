@@ -438,6 +438,7 @@ def _knobs(config: dict[str, Any]) -> Knobs:
         max_running_requests=int(config.get("max_running_requests", pool_rows)),
         radix_cache=bool(config.get("radix_cache", True)),
         schedule_conservativeness=float(config.get("schedule_conservativeness", 1.0)),
+        tree_core=config.get("tree_core"),
         **_hybrid(config),
     )
 

@@ -64,22 +64,24 @@ class Knobs:
     swa_eviction_interval: int | None = None  # SGLANG_SWA_EVICTION_INTERVAL (None: SGLang's default)
     mamba_slots: int | None = None  # a hybrid linear (Mamba) model: its state slots (None: no Mamba layer)
     host: HostTier | None = None  # a host tier (None: none)
+    tree_core: str | None = None  # the radix tree's core (None: the server's default)
 
     @property
     def overlap(self) -> bool:
         return self.loop == "overlap"
 
     def hybrid(self) -> dict[str, Any]:
-        """The world options of a hybrid model and a host tier (none for full attention alone)."""
-        tier = {} if self.host is None else {"host": self.host}
-        if self.mamba_slots is not None:
-            return {"mamba_slots": self.mamba_slots} | tier
+        """The world options of a hybrid model, a host tier and a tree core (none for full attention
+        on the default core)."""
+        options: dict[str, Any] = {} if self.tree_core is None else {"tree_core": self.tree_core}
         if self.host is not None:
-            return tier
-        if self.sliding_window is None:
-            return {}
-        return {"sliding_window": self.sliding_window, "swa_kv_slots": self.swa_kv_slots,
-                "swa_eviction_interval": self.swa_eviction_interval}
+            options["host"] = self.host
+        if self.mamba_slots is not None:
+            return options | {"mamba_slots": self.mamba_slots}
+        if self.host is not None or self.sliding_window is None:
+            return options
+        return options | {"sliding_window": self.sliding_window, "swa_kv_slots": self.swa_kv_slots,
+                          "swa_eviction_interval": self.swa_eviction_interval}
 
     def geometry(self) -> dict[str, Any]:
         return {"pool_rows": self.pool_rows, "max_context_len": self.max_context_len, "kv_slots": self.kv_slots,
