@@ -53,3 +53,34 @@ def test_a_python_tree_core_that_locks_too_little_is_caught_against_the_rust_cor
     result = _play("running-prompt-matched", [str(copy)])
     assert result.divergences, "the Python core's broken lock gave parity with the Rust core"
     assert {d.world for d in result.divergences} == {f"{tmp_path.name}@{RELEASE}/torch+python-tree"}
+
+
+def test_the_scheduler_drive_plays_the_python_tree_core_where_both_releases_ship_two(release_workers):
+    """``ServerConfig.tree_core="python"``: SGLang's own scheduler runs on the Python radix-tree core
+    (the fallback a 0.5.21+ server ships beside its Rust default); a release with one core refuses
+    it by name. Where both releases ship both, the strategy gives a stable half of the scenarios
+    (prompts of an odd token count) the Python core."""
+    import pytest
+    from hypothesis import given, settings
+
+    from kvparity.engine.real.worker import RemoteError
+    from kvparity.engine.traffic_run import TrafficRun
+    from kvparity.model.traffic import Arrival, ServerConfig, TrafficScenario
+    from kvparity.model.traffic_strategies import traffic_scenarios
+
+    def tree(release: str, core: str | None) -> str:
+        config, arrivals = TrafficScenario(ServerConfig(tree_core=core), ((Arrival("a", (1, 2, 3), 2),),)).to_plain()
+        return TrafficRun.from_plain(release_workers(release).call("run_traffic", config=config,
+                                                                   arrivals=arrivals)).player["tree"]
+
+    assert (tree("0.5.22", None), tree("0.5.22", "python")) == ("unified/rust", "unified/python")
+    with pytest.raises(RemoteError, match="tree_core='python': SGLang 0.5.3 has one core"):
+        tree("0.5.3", "python")
+
+    @settings(max_examples=20, derandomize=True, database=None)
+    @given(traffic_scenarios(two_cores=True))
+    def halves(scenario: TrafficScenario) -> None:
+        odd = sum(len(a.tokens) for group in scenario.arrivals for a in group) % 2
+        assert scenario.config.tree_core == ("python" if odd else None)
+
+    halves()
