@@ -218,6 +218,10 @@ class Arrival:
         return {"rid": self.rid, "tokens": list(self.tokens), "max_new_tokens": self.max_new_tokens}
 
 
+# ``TrafficScenario.abort_when``'s request that stands for any: the first found in the state.
+ANY_REQUEST = "*"
+
+
 @dataclass(frozen=True)
 class TrafficScenario:
     config: ServerConfig
@@ -228,7 +232,8 @@ class TrafficScenario:
     aborts: tuple[tuple[str, ...], ...] = field(default=())
     # The nemesis's aborts on a state: (rid, state) - the request's client disconnects at the start
     # of the first pass that finds it in that state of its life (a key of ``TRAFFIC_ABORTS``: between
-    # chunks, decoding, retracted, ...), if one does. Armed from the request's arrival.
+    # chunks, decoding, retracted, ...), if one does. Armed from the request's arrival; one for
+    # ``ANY_REQUEST`` is armed from the start and takes the first request (in arrival order) found so.
     abort_when: tuple[tuple[str, str], ...] = field(default=())
 
     def __post_init__(self) -> None:
@@ -236,12 +241,13 @@ class TrafficScenario:
         if len(set(rids)) != len(rids):
             raise ValueError(f"TrafficScenario: duplicate request ids in {rids}")
         for rid, state in self.abort_when:
-            if rid not in rids:
+            if rid not in rids and rid != ANY_REQUEST:
                 raise ValueError(f"TrafficScenario: request {rid!r} is aborted when {state!r}, but never arrives")
             if state not in TRAFFIC_ABORTS:
                 raise ValueError(f"TrafficScenario: request {rid!r} is aborted when {state!r}: expected one of "
                                  f"{tuple(TRAFFIC_ABORTS)}")
-        aborted = [rid for group in self.aborts for rid in group] + [rid for rid, _ in self.abort_when]
+        aborted = [rid for group in self.aborts for rid in group] + \
+            [rid for rid, _ in self.abort_when if rid != ANY_REQUEST]
         arrived_at = {a.rid: i for i, group in enumerate(self.arrivals) for a in group}
         for i, group in enumerate(self.aborts):
             for rid in group:
@@ -261,6 +267,7 @@ class TrafficScenario:
         arrival), then the aborts (``{"abort": rid}``)."""
         groups: list[list[dict[str, Any]]] = [[] for _ in range(self.iterations)]
         when = dict(self.abort_when)
+        groups[0] += [{"abort": rid, "when": state} for rid, state in self.abort_when if rid == ANY_REQUEST]
         for i, group in enumerate(self.arrivals):
             groups[i] += [a.to_plain() for a in group]
             groups[i] += [{"abort": a.rid, "when": when[a.rid]} for a in group if a.rid in when]

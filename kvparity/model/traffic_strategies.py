@@ -17,6 +17,7 @@ from hypothesis import strategies as st
 
 from kvparity.mem_cache.schedule_policy import POLICIES
 from kvparity.model.traffic import (
+    ANY_REQUEST,
     EVERY_HOST_TIER,
     HICACHE_WRITE_POLICIES,
     MAMBA_SLOTS_PER_REQUEST,
@@ -184,7 +185,9 @@ def _aborts(draw: Any, burst: list[Arrival], arrival: int
             ) -> tuple[tuple[tuple[str, ...], ...], tuple[tuple[str, str], ...]]:
     """The nemesis's client aborts (none in a quarter of scenarios): some of the burst's requests,
     each at a drawn delay after the burst's iteration ``arrival`` or, as often, on a drawn state
-    of its life (the first pass that finds it there). Returns (``aborts``, ``abort_when``)."""
+    of its life (the first pass that finds it there); and, in half the scenarios with aborts, the
+    first request of any found in a drawn state (``ANY_REQUEST``: a retraction or a chunk, wherever
+    it falls). Returns (``aborts``, ``abort_when``)."""
     if not burst or draw(st.integers(0, 3)) == 0:
         return (), ()
     chosen = draw(st.lists(st.sampled_from([a.rid for a in burst]), min_size=1, max_size=3, unique=True))
@@ -193,4 +196,5 @@ def _aborts(draw: Any, burst: list[Arrival], arrival: int
     groups: list[tuple[str, ...]] = [() for _ in range(max(at.values(), default=-1) + 1)]
     for rid, i in sorted(at.items(), key=lambda item: item[1]):
         groups[i] += (rid,)
-    return tuple(groups), tuple(on_state.items())
+    anyone = ((ANY_REQUEST, draw(st.sampled_from(ABORT_ON_STATES))),) if draw(st.booleans()) else ()
+    return tuple(groups), tuple(on_state.items()) + anyone

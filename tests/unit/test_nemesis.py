@@ -10,7 +10,14 @@ from kvparity.engine.traffic_run import TrafficRun
 from kvparity.judge.admission import traffic_problems
 from kvparity.judge.traffic_classes import traffic_classes
 from kvparity.model.classes import TRAFFIC_ABORTS
-from kvparity.model.traffic import Arrival, ServerConfig, TrafficScenario, traffic_from_dict, traffic_to_dict
+from kvparity.model.traffic import (
+    ANY_REQUEST,
+    Arrival,
+    ServerConfig,
+    TrafficScenario,
+    traffic_from_dict,
+    traffic_to_dict,
+)
 from kvparity.run.candidates import traffic_candidates
 
 A = tuple(range(1000, 1010))
@@ -160,3 +167,8 @@ def test_an_abort_on_a_state_waits_for_the_first_pass_that_finds_the_request_the
     assert run.aborts[0][0] == 1 and len(run.outputs["c"]) < 2  # 0.5.3 ends it after one more forward
     with pytest.raises(ValueError, match="aborted when 'asleep'"):
         TrafficScenario(ServerConfig(), BETWEEN_CHUNKS, abort_when=(("c", "asleep"),))
+    # For any request: the first found decoding (c, once its prefill is done) is the one aborted.
+    anyone = TrafficScenario(scenario.config, BETWEEN_CHUNKS, abort_when=((ANY_REQUEST, "decoding"),))
+    config, groups = anyone.to_plain()
+    run = TrafficRun.from_plain(scheduler_workers["0.5.3"].call("run_traffic", config=config, arrivals=groups))
+    assert [(rid, state) for _, rid, state in run.aborts] == [("c", "decoding")]

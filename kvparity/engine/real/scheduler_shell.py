@@ -78,7 +78,7 @@ from kvparity.engine.real.standins import install as install_standins
 from kvparity.engine.real.worker import Context, remote
 from kvparity.engine.traffic_run import TrafficRun
 from kvparity.model.canary import token_from
-from kvparity.model.traffic import LOOPS, table_width, window_slots
+from kvparity.model.traffic import ANY_REQUEST, LOOPS, table_width, window_slots
 from kvparity.model.traffic_records import TABLE_ONLY, WRONG_KV, Decision, InflightFinding, StopError
 
 # Extra stand-ins for the scheduler's import chain (wider than the KV path's), every release; an
@@ -251,7 +251,7 @@ def _shell_class(mod: Any, adapter: ShellAdapter) -> Any:
         def process_input_requests(self, recv_reqs: list[Any]) -> None:
             for spec in recv_reqs:
                 if "when" in spec:
-                    self._kvp_armed[str(spec["abort"])] = str(spec["when"])
+                    self._kvp_armed.append((str(spec["abort"]), str(spec["when"])))
                     continue
                 if "abort" in spec:
                     self._kvp_abort(str(spec["abort"]))
@@ -273,14 +273,19 @@ def _shell_class(mod: Any, adapter: ShellAdapter) -> Any:
             self._kvp_forget(rid)
 
         def _kvp_abort_on_state(self) -> None:
-            """The aborts on a state: each armed request found in its state now is aborted (once)."""
-            for rid, when in list(self._kvp_armed.items()):
-                state = _abort_state(self, self._kvp_reqs[rid])
-                if state == "finished":
-                    del self._kvp_armed[rid]
-                elif state == when:
-                    del self._kvp_armed[rid]
-                    self._kvp_abort(rid)
+            """The aborts on a state: each armed request found in its state now is aborted (once);
+            an abort armed for ``ANY_REQUEST`` takes the first request, in arrival order, found there."""
+            aborted = {rid for _, rid, _ in self._kvp_aborts}
+            for armed in list(self._kvp_armed):
+                rid, when = armed
+                candidates = [r for r in self._kvp_reqs if r not in aborted] if rid == ANY_REQUEST else [rid]
+                states = {r: _abort_state(self, self._kvp_reqs[r]) for r in candidates}
+                found = next((r for r in candidates if states[r] == when), None)
+                if found is not None:
+                    self._kvp_abort(found)
+                    aborted.add(found)
+                if found is not None or (rid != ANY_REQUEST and states[rid] == "finished"):
+                    self._kvp_armed.remove(armed)
 
         def _kvp_forget(self, rid: str) -> None:
             """An aborted request SGLang no longer holds anywhere (popped from the waiting queue, or
@@ -480,7 +485,7 @@ def _build(ctx: Context, adapter: ShellAdapter, config: dict[str, Any], arrivals
         _kvp_arrival={}, _kvp_reqs={}, _kvp_done={}, _kvp_finished_now=[], _kvp_t0=time.perf_counter(),
         _kvp_world=world, _kvp_running=None, _kvp_launch=None, _kvp_out_cache_loc=None, _kvp_iter_launch=None,
         _kvp_iter_out=None, _kvp_adder=(), _kvp_memory=[], _kvp_pass_open=False, _kvp_flights=deque(), _kvp_stalled=0,
-        _kvp_findings=[], _kvp_fault=fault, _kvp_loop=knobs.loop, _kvp_knobs=knobs, _kvp_aborts=[], _kvp_armed={},
+        _kvp_findings=[], _kvp_fault=fault, _kvp_loop=knobs.loop, _kvp_knobs=knobs, _kvp_aborts=[], _kvp_armed=[],
         _kvp_dropped=set(),
         _kvp_recorder=IterationRecorder(world, radix=world.cache_kind == "radix", kv_slots=knobs.kv_slots,
                                         page_size=knobs.page_size, width=width),
