@@ -428,10 +428,9 @@ def _findings(player: TrafficPlayer, scenario: TrafficScenario, run: TrafficRun)
         where = f" (at {error.where})" if error.where else ""
         found.setdefault("the scheduler raised", (f"iteration {error.iteration}: {error.message}{where}", True,
                                                   error.traceback))
-    cache = scenario.config.cache
     out = []
     for kind, (line, defect, detail) in found.items():
-        known = known_defect(player.release, cache, kind, line) if defect else None
+        known = known_defect(player.release, scenario.config, kind, line) if defect else None
         out.append(Finding(f"{player.name}: {kind}", player.name, line, defect, known, detail))
     return tuple(out)
 

@@ -12,7 +12,7 @@ import pytest
 from kvparity.engine.real.defects import KNOWN_DEFECTS, known_defect
 from kvparity.engine.traffic_run import TrafficRun
 from kvparity.model.classes import TRAFFIC_REQUIRED
-from kvparity.model.traffic import Arrival, HostOffer, ServerConfig, TrafficScenario
+from kvparity.model.traffic import MAMBA_SLOTS_PER_REQUEST, Arrival, HostOffer, ServerConfig, TrafficScenario
 from kvparity.model.traffic_records import TABLE_ONLY, WRONG_KV, Decision, InflightFinding, StopError
 from kvparity.model.worlds import WorldId
 from kvparity.run.scheduler_drive import PlayerSpec, SchedulerDrive, SchedulerSpec
@@ -31,7 +31,7 @@ def run(*, error=None, inflight=()):
 @pytest.fixture
 def drive():
     players = tuple(SimpleNamespace(name=f"sglang-{release} (SGLang's own scheduler)", release=release,
-                                    loops=("normal",), caches=("full",), paged_windows=False, host_offer=HostOffer(),
+                                    loops=("normal",), caches=("full",), paged_windows=False, host_offer=HostOffer(), tree_cores=(),
                                     world_id=WORLD) for release in ("0.5.9", "0.5.9"))
     drive = SchedulerDrive(SchedulerSpec(PlayerSpec("real", "0.5.9"), PlayerSpec("real", "0.5.9"), ("fcfs",),
                                          ("normal",)), players=players)
@@ -80,9 +80,26 @@ def test_a_crash_reads_as_an_error_not_as_a_count_of_iterations(drive):
     assert reference_raised.kind == "error" and "the reference's scheduler raised" in reference_raised.line
 
 
+# A server of each model a known defect names (a window of 6 on pages of 4: not whole pages).
+SERVERS = {"full": ServerConfig(), "mamba": ServerConfig(mamba_slots=MAMBA_SLOTS_PER_REQUEST * 8),
+           "swa": ServerConfig(page_size=4, sliding_window=6)}
+
+
 def test_every_known_defect_names_its_evidence_and_matches_only_its_releases():
     for defect in KNOWN_DEFECTS:
         assert defect.evidence and defect.what and defect.says
         line = " ".join(defect.says)
-        assert known_defect(defect.first, defect.cache or "full", defect.shows, line) is not None
-        assert known_defect("0.5.2", defect.cache or "full", defect.shows, line) is None
+        config = SERVERS[defect.cache or "full"]
+        assert known_defect(defect.first, config, defect.shows, line) is not None
+        assert known_defect("0.5.2", config, defect.shows, line) is None
+
+
+def test_a_known_defect_of_some_servers_is_not_named_on_others():
+    """0.5.18 to 0.5.22 free window pages still in use where the window is not a whole number of
+    pages: a window of 6 on pages of 4 meets it, one of 8 (two pages) does not."""
+    line = "iteration 1: slots conserved: pages both free and held: [1, 2]"
+    assert known_defect("0.5.19", SERVERS["swa"], "memory oracle: slots conserved", line).name == \
+        "window margin not whole pages"
+    whole = ServerConfig(page_size=4, sliding_window=8)
+    assert known_defect("0.5.19", whole, "memory oracle: slots conserved", line) is None
+    assert known_defect("0.5.23", SERVERS["swa"], "memory oracle: slots conserved", line) is None

@@ -119,7 +119,7 @@ def test_the_verdict_line_says_what_differs_under_which_policy_and_loop():
     from kvparity.run.scheduler_drive import PlayerSpec, SchedulerDrive, SchedulerSpec
     from kvparity.run.verdict import Row, Verdict
 
-    players = tuple(SimpleNamespace(name=name, release="0.5.3", loops=("normal", "overlap"), caches=("full",), paged_windows=False, host_offer=HostOffer(),
+    players = tuple(SimpleNamespace(name=name, release="0.5.3", loops=("normal", "overlap"), caches=("full",), paged_windows=False, host_offer=HostOffer(), tree_cores=(),
                                     world_id=WORLD) for name in ("a", "b"))
     spec = SchedulerSpec(PlayerSpec("model", "legacy"), PlayerSpec("model", "refactored"), ("fcfs", "lpm"),
                          ("normal", "overlap"))
@@ -184,7 +184,7 @@ def test_a_difference_left_after_undo_changes_is_not_traced_to_a_change_already_
     assert undone
     tried: list = []
     players = tuple(SimpleNamespace(name=name, release=release, loops=("normal",), caches=("full",),
-                                    paged_windows=False, host_offer=HostOffer(), world_id=WORLD,
+                                    paged_windows=False, host_offer=HostOffer(), tree_cores=(), world_id=WORLD,
                                     undone=lambda changes: tried.append(changes), close=lambda: None)
                     for name, release in (("a", "0.5.17"), ("b", "0.5.18")))
     drive = SchedulerDrive(SchedulerSpec(PlayerSpec("real", "0.5.17"), PlayerSpec("real", "0.5.18")), players=players)

@@ -10,9 +10,11 @@ defect here is one a release's own run shows by itself, against itself.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from kvparity.engine.real.versions import version_key
+from kvparity.model.traffic import ServerConfig
 
 # The finding kinds a defect shows as (the tail of a scheduler-driven finding's label).
 RAISED, ORACLE, CANARY, INFLIGHT = "the scheduler raised", "memory oracle", "KV canary", "in flight"
@@ -28,18 +30,27 @@ class KnownDefect:
     shows: str  # the finding kind it shows as (RAISED, ORACLE, CANARY, INFLIGHT)
     says: tuple[str, ...]  # every one of these occurs in the finding's line
     cache: str | None = None  # the model served ("mamba", ...), where only one shows it
+    # The servers it shows on, where only some do (None: any serving ``cache``).
+    applies: Callable[[ServerConfig], bool] | None = None
 
     def covers(self, release: str) -> bool:
         return version_key(self.first) <= version_key(release) <= version_key(self.last)
 
-    def matches(self, release: str, cache: str, kind: str, line: str) -> bool:
-        """Whether a finding of ``kind`` saying ``line``, in ``release``'s run serving ``cache``, is this one."""
-        return (self.covers(release) and kind.startswith(self.shows) and (self.cache is None or self.cache == cache)
-                and all(part in line for part in self.says))
+    def matches(self, release: str, config: ServerConfig, kind: str, line: str) -> bool:
+        """Whether a finding of ``kind`` saying ``line``, in ``release``'s run of a server ``config``, is this one."""
+        return (self.covers(release) and kind.startswith(self.shows)
+                and (self.cache is None or self.cache == config.cache)
+                and (self.applies is None or self.applies(config)) and all(part in line for part in self.says))
 
     @property
     def line(self) -> str:
         return f"{self.name} ({self.first} to {self.last}): {self.what}; {self.evidence}"
+
+
+def _window_off_page(config: ServerConfig) -> bool:
+    """A sliding window that is not a whole number of pages (nor below one)."""
+    window, page = config.sliding_window, config.page_size
+    return window is not None and window > page and window % page != 0
 
 
 # Traced by playing every release with a Mamba model against itself (scheduler-driven, fcfs and lpm,
@@ -68,9 +79,22 @@ KNOWN_DEFECTS: tuple[KnownDefect, ...] = (
         "frees that slot: SGLang's own idle leak check raises (leaked_mamba_pages)",
         "fixed in 0.5.10 (sgl-project/sglang#21404, which frees the slot of a refused request)", RAISED,
         ("memory leak detected!", "mamba_available_size"), "mamba"),
+    # Traced by playing the shrunk scenarios of the window geometry issue 48 added (0.5.18 against
+    # itself, pages of 4, windows of 6 and 10) on every release with paged windows.
+    *(KnownDefect(
+        "window margin not whole pages", "0.5.18", "0.5.22",
+        "a sliding-window model whose window is not a whole number of pages: free_swa_out_of_window_slots frees "
+        "up to max(window, page) before the sequence's end, then floors that to a page, so it frees pages the "
+        "request still reads and the tree still keys (pages both free and held, handed out again, read as "
+        "another request's KV; SGLang's own leak check raises)",
+        "0.5.23 rounds the margin up to whole pages (ceil_align(max(window, page), page)); 0.5.17 does not meet it; "
+        "shrunk: one request of 55 tokens, pages of 4, a window of 10 (a window of 8 or 12: none)",
+        shows, says, "swa", _window_off_page)
+      for shows, says in ((ORACLE, ("slots conserved",)), (ORACLE, ("new slots distinct",)),
+                          (RAISED, ("pool memory leak detected!",)), (CANARY, ("read position",)))),
 )
 
 
-def known_defect(release: str, cache: str, kind: str, line: str) -> KnownDefect | None:
-    """The known defect a finding of a release's own run is, or None."""
-    return next((d for d in KNOWN_DEFECTS if d.matches(release, cache, kind, line)), None)
+def known_defect(release: str, config: ServerConfig, kind: str, line: str) -> KnownDefect | None:
+    """The known defect a finding of a release's own run of a server ``config`` is, or None."""
+    return next((d for d in KNOWN_DEFECTS if d.matches(release, config, kind, line)), None)
