@@ -69,7 +69,8 @@ def add(commands: argparse._SubParsersAction, parser_class: type) -> None:
                      help="what decides admission: harness (kvparity's loop, identical decisions in every world: the "
                           "memory path alone), scheduler (traffic scenarios through SGLang's own scheduler, or "
                           "kvparity's model of it: the decisions and the memory under them, per schedule policy and "
-                          "event loop) or both (what the main job runs); default harness")
+                          "event loop) or both (what the main job runs); default harness, or both for --sglang A "
+                          "--against B with a hybrid model in --caches or with --nemesis")
     sub.add_argument("--traffic-examples", type=int, default=None, metavar="N",
                      help=f"scheduler-driven traffic scenarios per schedule policy and event loop "
                           f"(default {DEFAULT_TRAFFIC_EXAMPLES})")

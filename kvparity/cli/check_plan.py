@@ -54,9 +54,20 @@ def caches_option(text: str) -> tuple[str, ...]:
     return tuple(c for c in CACHES if c in names)
 
 
+def chosen_drive(args: argparse.Namespace) -> str:
+    """``--drive``, or its default: harness; both for real release against real release with a hybrid
+    model in ``--caches`` or with ``--nemesis`` (issue 48: what only SGLang's own scheduler meets,
+    its defects and failure paths, is played first; the harness drive beside it)."""
+    if args.drive is not None:
+        return str(args.drive)
+    real_pair = bool(getattr(args, "sglang", None) and getattr(args, "against", None))
+    hybrid = any(cache != "full" for cache in (getattr(args, "caches", None) or ()))
+    return "both" if real_pair and (hybrid or getattr(args, "nemesis", None)) else "harness"
+
+
 def drive_option_problem(args: argparse.Namespace) -> str | None:
     """An option of one drive given to a run of the other, in one sentence."""
-    drive = args.drive or "harness"
+    drive = chosen_drive(args)
     if drive == "both":
         return None
     for attr, option, applies in DRIVE_OPTIONS:
@@ -186,7 +197,7 @@ def check_plans(args: argparse.Namespace, real: Any, jobs: int, budget: float | 
     """The run's drives in the order they run (the scheduler-driven half first), or why the run
     cannot be made (a sentence, exit 2). ``--drive both`` without a scheduler to check drops that
     half, and says so."""
-    drive = args.drive or "harness"
+    drive = chosen_drive(args)
     plans = []
     if drive in ("scheduler", "both"):
         nemesis = bool(getattr(args, "nemesis", None))

@@ -100,3 +100,21 @@ def test_templates_split_into_shards_give_one_job_and_two_the_same_verdict_and_c
     one = check_harness(worlds, examples, 7, jobs=1)
     two = check_harness(worlds, examples, 7, jobs=2)
     assert (one.verdict, one.scenarios) == (two.verdict, two.scenarios) == ("parity", examples)
+
+
+@pytest.mark.parametrize(("argv", "drive"), [
+    ([], "harness"),
+    (["--sglang", "0.5.9", "--against", "0.5.9"], "harness"),
+    (["--sglang", "0.5.9", "--against", "0.5.9", "--caches", "mamba"], "both"),
+    (["--sglang", "0.5.23", "--against", "0.5.23", "--nemesis"], "both"),
+    (["--sglang", "0.5.9", "--caches", "full"], "harness"),
+    (["--sglang", "0.5.9", "--against", "0.5.9", "--caches", "mamba", "--drive", "harness"], "harness"),
+])
+def test_the_default_drive_plays_sglangs_own_scheduler_where_a_hybrid_model_or_the_nemesis_is_asked_for(argv, drive):
+    """Real release against real release, a hybrid model or the nemesis plays SGLang's own
+    scheduler first (its defects and failure paths live there) and the harness drive beside it;
+    otherwise the default stays the harness drive; --drive always wins."""
+    from kvparity.cli.check_plan import chosen_drive
+    from kvparity.cli.main import build_parser
+
+    assert chosen_drive(build_parser().parse_args(["check", *argv])) == drive
