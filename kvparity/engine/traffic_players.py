@@ -13,6 +13,7 @@ the world a player's memory is compared as (``kvparity.judge.memory``).
 
 from __future__ import annotations
 
+import dataclasses
 import shutil
 import tempfile
 from collections.abc import Sequence
@@ -102,7 +103,8 @@ class RealTrafficPlayer:
 
         folder = tempfile.mkdtemp(prefix="kvparity-undone-")
         copy = copy_with_edits(self.source, [c.undo for c in changes if c.undo], Path(folder) / "sglang-copy")
-        player = RealTrafficPlayer(resolve(str(copy)), copy_of=folder)
+        # Driven as its release: probing may read an undone change's code as an earlier release's.
+        player = RealTrafficPlayer(dataclasses.replace(resolve(str(copy)), entry_release=self.release), copy_of=folder)
         player.name = f"{self.name}, {undone_label(changes)} undone"
         return player
 

@@ -84,6 +84,17 @@ CHANGES: tuple[Change, ...] = (
            "exact ties)"),
     Change("0.5.10", BEHAVIOUR, "retract_decode aborts the last request when even it does not fit, instead of raising",
            "#19881"),
+    Change("0.5.10", BEHAVIOUR, "a Mamba model's request the PrefillAdder refuses after its match copied a state into "
+           "a slot of its own gives that slot back (0.5.9 leaks it: SGLang's own idle leak check raises; the known "
+           "defect 'Mamba state leaked by a refused request'), so the state pool's free count differs from the "
+           "refusal on", "#21404",
+           undo=("sglang/srt/managers/scheduler.py",
+                 "                # revert matched mamba idx to avoid memory leak, if req is not added\n"
+                 "                added = len(adder.can_run_list) > 0 and req is adder.can_run_list[-1]\n"
+                 "                if not added and req.mamba_pool_idx is not None:\n"
+                 "                    self.tree_cache.req_to_token_pool.mamba_pool.free(\n"
+                 "                        req.mamba_pool_idx.unsqueeze(-1)\n"
+                 "                    )\n                    req.mamba_pool_idx = None\n", "")),
     Change("0.5.10", BEHAVIOUR, "with a host tier (HiRadixCache), update_running_batch acknowledges finished "
            "write-through backups before its decode memory check (flush_write_through_acks), so their nodes are "
            "evictable in that pass, not from the next one's check_hicache_events",
