@@ -150,10 +150,12 @@ class HostState:
     in_flight: tuple[int, ...] = ()
     fetched: int = 0
     storage_faults: tuple[str, ...] = ()  # the storage calls SGLang's injector failed so far, by name (the nemesis)
+    prefetches_cut: int = 0  # prefetches from storage the release's policy ended before every page came
 
     def to_plain(self) -> dict[str, Any]:
         return {"slots": self.slots, "free": list(self.free), "available_size": self.available_size,
                 "in_flight": list(self.in_flight), "fetched": self.fetched, "storage_faults": list(self.storage_faults),
+                "prefetches_cut": self.prefetches_cut,
                 "nodes": [node.to_plain() for node in self.nodes]}
 
     @classmethod
@@ -161,6 +163,7 @@ class HostState:
         return cls(slots=int(data["slots"]), free=tuple(data["free"]), available_size=int(data["available_size"]),
                    in_flight=tuple(data.get("in_flight", ())), fetched=int(data.get("fetched", 0)),
                    storage_faults=tuple(data.get("storage_faults", ())),
+                   prefetches_cut=int(data.get("prefetches_cut", 0)),
                    nodes=tuple(HostNode.from_plain(node) for node in data["nodes"]))
 
     @property
@@ -384,10 +387,13 @@ FETCHED_TOKENS = "kvparity_fetched_tokens"
 # The storage calls SGLang's failure injector failed, by name (the nemesis's storage faults), listed
 # where kvparity seeds the injector (``host_tier``), kept on the controller under this name.
 STORAGE_FAULTS = "kvparity_storage_faults"
+# The prefetches from storage the release's own policy ended before every page came, counted where
+# kvparity runs the storage tier (``host_tier``), kept on the controller under this name.
+PREFETCHES_CUT = "kvparity_prefetches_cut"
 
 
 def host_state(host_pool: Any, nodes: list[HostNode], in_flight: set[int], fetched: int = 0,
-               storage_faults: tuple[str, ...] = ()) -> HostState:
+               storage_faults: tuple[str, ...] = (), prefetches_cut: int = 0) -> HostState:
     """A host tier's pool (the KV's, or a Mamba model's states'): its free slots (the free list and,
     from 0.5.20, the freed chunks not yet merged back into it), the tree's nodes holding host
     values (``HostNode``s), the slots fetches from storage hold, the tokens fetched so far."""
@@ -395,7 +401,8 @@ def host_state(host_pool: Any, nodes: list[HostNode], in_flight: set[int], fetch
     free = torch.cat([_host_copy(host_pool.free_slots), *released]) if released else _host_copy(host_pool.free_slots)
     return HostState(slots=int(host_pool.size), free=tuple(int(s) for s in free.tolist()),
                      nodes=tuple(nodes), available_size=int(host_pool.available_size()),
-                     in_flight=tuple(sorted(in_flight)), fetched=fetched, storage_faults=storage_faults)
+                     in_flight=tuple(sorted(in_flight)), fetched=fetched, storage_faults=storage_faults,
+                     prefetches_cut=prefetches_cut)
 
 
 def kv_in_flight(tree: Any) -> set[int]:
@@ -404,7 +411,20 @@ def kv_in_flight(tree: Any) -> set[int]:
     fetches = [_fetch_operation(entry) for entry in getattr(tree, "ongoing_prefetch", {}).values()]
     fetching = {int(s) for fetch in fetches if fetch.host_indices is not None
                 for s in _host_copy(fetch.host_indices).tolist()}
-    return fetching | _releasing(getattr(tree.cache_controller, "host_mem_release_queue", None))
+    return fetching | _releasing(getattr(tree.cache_controller, "host_mem_release_queue", None)) | \
+        _ended_early(tree.cache_controller)
+
+
+def _ended_early(controller: Any) -> set[int]:
+    """The host slots past what it fetched that a fetch its policy ended early still holds: given
+    back when its last acknowledgement (``completed_req``) is read, a pass later (UnifiedRadixCache's
+    tier, 0.5.19 on; 0.5.23 only where the operation's ``ack_releases_incomplete_host_indices`` says)."""
+    acks = [ack for name in ("prefetch_sync_queue", "ack_prefetch_queue")
+            for ack in list(getattr(getattr(controller, name, None), "queue", ()))]
+    ops = [ack.operation for ack in acks if getattr(ack, "completed_req", False)
+           and getattr(ack.operation, "ack_releases_incomplete_host_indices", True)
+           and ack.operation.host_indices is not None]
+    return {int(s) for op in ops for s in _host_copy(op.host_indices[op.completed_tokens:]).tolist()}
 
 
 def state_in_flight(tree: Any) -> set[int]:
@@ -508,7 +528,8 @@ def _world_state(world: Any, radix: bool, reqs: Iterable[Any] = ()) -> dict[str,
         "host": None if getattr(world, "host_pool", None) is None else host_state(
             world.host_pool, world.host_nodes(), kv_in_flight(world.tree_cache),
             int(getattr(world.tree_cache.cache_controller, FETCHED_TOKENS, 0)),
-            tuple(getattr(world.tree_cache.cache_controller, STORAGE_FAULTS, ()))),
+            tuple(getattr(world.tree_cache.cache_controller, STORAGE_FAULTS, ())),
+            int(getattr(world.tree_cache.cache_controller, PREFETCHES_CUT, 0))),
         "state_host": None if getattr(world, "state_host_pool", None) is None else host_state(
             world.state_host_pool, world.state_host_nodes(), state_in_flight(world.tree_cache)),
     }

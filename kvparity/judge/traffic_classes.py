@@ -16,6 +16,7 @@ from kvparity.model.classes import (
     TRAFFIC_HOST_LOAD_BACK,
     TRAFFIC_HOST_RETRACTION,
     TRAFFIC_OVERLAP_RETRACTION,
+    TRAFFIC_PREFETCH_CUT,
     TRAFFIC_PYTHON_CORE,
     TRAFFIC_RADIX_HIT_RUNNING,
     TRAFFIC_REORDERED,
@@ -117,6 +118,8 @@ def host_classes(result: TrafficRun) -> set[str]:
             found.add(TRAFFIC_STORAGE_READ_FAULT)
         if len(snap.host.storage_faults) > snap.host.read_faults:
             found.add(TRAFFIC_STORAGE_FAULT)
+        if snap.host.prefetches_cut:
+            found.add(TRAFFIC_PREFETCH_CUT)
         before = now
     return found | _state_load_backs(result)
 

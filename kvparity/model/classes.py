@@ -109,7 +109,9 @@ TRAFFIC_ABORTS = {state: f"nemesis: a request aborted {words}" for state, words 
 # pages a prefetch asked for, or another call (the hit query, a backup).
 TRAFFIC_STORAGE_READ_FAULT = "nemesis: a storage read failed (host tier, SGLang's failure injector)"
 TRAFFIC_STORAGE_FAULT = "nemesis: a storage query or backup failed (host tier, SGLang's failure injector)"
-TRAFFIC_NEMESIS = (*TRAFFIC_ABORTS.values(), TRAFFIC_STORAGE_READ_FAULT, TRAFFIC_STORAGE_FAULT)
+# A prefetch from storage the release's own policy ended before every page came (best_effort).
+TRAFFIC_PREFETCH_CUT = "nemesis: a prefetch from storage ended before all its pages came (host tier, best_effort)"
+TRAFFIC_NEMESIS = (*TRAFFIC_ABORTS.values(), TRAFFIC_STORAGE_READ_FAULT, TRAFFIC_STORAGE_FAULT, TRAFFIC_PREFETCH_CUT)
 
 
 def _ceil(a: int, b: int) -> int:

@@ -118,6 +118,10 @@ class ServerConfig:
     hicache_storage_failure: float = 0.0
     hicache_storage_seed: int = 0
     hicache_storage_failing: str = ""
+    # When a prefetch from storage may end (SGLang's --hicache-storage-prefetch-policy): "wait_complete"
+    # (when every page came) or "best_effort" (at the scheduler's first check, with what came:
+    # the release's own early termination, drawn by the nemesis).
+    hicache_prefetch_policy: str = "wait_complete"
 
     @property
     def cache(self) -> str:
@@ -162,6 +166,10 @@ class ServerConfig:
                              f"with a storage tier (hicache_storage)")
         if self.hicache_ack_delay < 0:
             raise ValueError(f"ServerConfig.hicache_ack_delay={self.hicache_ack_delay}: must be >= 0")
+        if self.hicache_prefetch_policy not in PREFETCH_POLICIES or (
+                self.hicache_prefetch_policy != "wait_complete" and not self.hicache_storage):
+            raise ValueError(f"ServerConfig.hicache_prefetch_policy={self.hicache_prefetch_policy!r}: one of "
+                             f"{PREFETCH_POLICIES}, other than wait_complete with a storage tier (hicache_storage)")
         if self.hicache_ratio is None:
             if self.hicache_storage or self.hicache_ack_delay:
                 raise ValueError("ServerConfig: a storage tier or a transfer delay needs a host tier (hicache_ratio)")
@@ -218,6 +226,8 @@ class Arrival:
         return {"rid": self.rid, "tokens": list(self.tokens), "max_new_tokens": self.max_new_tokens}
 
 
+# The prefetch policies kvparity drives (SGLang's "timeout" reads the wall clock: no run would replay).
+PREFETCH_POLICIES = ("wait_complete", "best_effort")
 # ``TrafficScenario.abort_when``'s request that stands for any: the first found in the state.
 ANY_REQUEST = "*"
 

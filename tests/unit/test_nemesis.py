@@ -172,3 +172,25 @@ def test_an_abort_on_a_state_waits_for_the_first_pass_that_finds_the_request_the
     config, groups = anyone.to_plain()
     run = TrafficRun.from_plain(scheduler_workers["0.5.3"].call("run_traffic", config=config, arrivals=groups))
     assert [(rid, state) for _, rid, state in run.aborts] == [("c", "decoding")]
+
+
+def test_a_prefetch_its_policy_ends_early_holds_its_tail_until_its_last_acknowledgement(release_workers):
+    """``best_effort`` (the nemesis's prefetch policy): 0.5.23 ends d's prefetch at the scheduler's
+    first check, before its pages came, so d recomputes the prefix; the host slots the fetch took
+    past what came stay the fetch's until its last acknowledgement is read a pass later (counted
+    in flight then, not leaked), and the run meets the class of a prefetch ended early."""
+    import dataclasses
+
+    from kvparity.judge.traffic_classes import host_classes
+    from kvparity.model.classes import TRAFFIC_PREFETCH_CUT
+
+    base = failing_reads(0.0)
+    scenario = TrafficScenario(dataclasses.replace(base.config, hicache_prefetch_policy="best_effort"), base.arrivals)
+    config, groups = scenario.to_plain()
+    run = TrafficRun.from_plain(release_workers("0.5.23").call("run_traffic", config=config, arrivals=groups))
+    assert run.error is None and not traffic_problems(scenario, run)
+    assert run.memory[-1].host.prefetches_cut == 1 and TRAFFIC_PREFETCH_CUT in host_classes(run)
+    hits = {rid: hit for rec in run.decisions if rec.mode == "EXTEND" for rid, hit in zip(rec.rids, rec.prefix_lens)}
+    assert hits["d"] == 0
+    with pytest.raises(ValueError, match="hicache_prefetch_policy='best_effort'"):
+        ServerConfig(hicache_prefetch_policy="best_effort")  # no storage tier to prefetch from

@@ -65,7 +65,7 @@ import torch
 
 from kvparity.engine.real import RealSGLangError
 from kvparity.engine.real.names import lookup
-from kvparity.engine.snapshot import FETCHED_TOKENS, STATE_POOL, STORAGE_FAULTS
+from kvparity.engine.snapshot import FETCHED_TOKENS, PREFETCHES_CUT, STATE_POOL, STORAGE_FAULTS
 
 # A HiCache world's KV: float32, head_dim KV_LANES (the canary's lanes, ``LaneStore``, need 7).
 KV_LANES = 8
@@ -101,6 +101,7 @@ class HostTier:
     storage_failure: float = 0.0
     storage_seed: int = 0
     storage_failing: str = ""
+    prefetch_policy: str = "wait_complete"  # when a prefetch from storage may end (SGLang's own policy)
 
     @classmethod
     def of(cls, config: dict[str, Any]) -> HostTier | None:
@@ -110,14 +111,14 @@ class HostTier:
         return cls(float(config["hicache_ratio"]), str(config.get("hicache_write_policy", "write_through")),
                    bool(config.get("hicache_storage", False)), int(config.get("hicache_ack_delay", 0)),
                    float(config.get("hicache_storage_failure", 0.0)), int(config.get("hicache_storage_seed", 0)),
-                   str(config.get("hicache_storage_failing", "")))
+                   str(config.get("hicache_storage_failing", "")), str(config.get("hicache_prefetch_policy", "wait_complete")))
 
     def server_fields(self, states: bool = False) -> dict[str, Any]:
         """The server arguments that attach this tier (what a CPU can copy with: io backend
         "direct", layer-first layout, or, with a Mamba model's ``states`` backed up too, the
         page-first layout its state host pool takes; a prefetch from storage waits until it
         completes)."""
-        storage = dict(hicache_storage_backend="file", hicache_storage_prefetch_policy="wait_complete",
+        storage = dict(hicache_storage_backend="file", hicache_storage_prefetch_policy=self.prefetch_policy,
                        hicache_storage_backend_extra_config=f'{{"prefetch_threshold": {STORAGE_PREFETCH_THRESHOLD}}}')
         return dict(
             enable_hierarchical_cache=True, hicache_ratio=self.ratio, hicache_size=0,
@@ -387,6 +388,7 @@ def _driven(tree: Any, tier: HostTier, folder: str | None) -> Any:
     if folder is not None:
         weakref.finalize(tree, shutil.rmtree, folder, True)
         _run_storage_inline(tree.cache_controller)
+        _count_prefetches_cut(tree.cache_controller)
     if tier.storage_failure:
         _seed_storage_failures(tier, tree.cache_controller)
     if tier.ack_delay:
@@ -658,6 +660,21 @@ def _publish_storage_failure(probability: float) -> None:
         os.environ[STORAGE_FAILURE_ENV] = str(probability)
     else:
         os.environ.pop(STORAGE_FAILURE_ENV, None)
+
+
+def _count_prefetches_cut(controller: Any) -> None:
+    """The controller's ``terminate_prefetch`` (the release's own policy ending a prefetch) also
+    counts the prefetches it ends before every page it asked for came (``PREFETCHES_CUT``)."""
+    terminate = controller.terminate_prefetch
+    setattr(controller, PREFETCHES_CUT, 0)
+
+    def terminate_prefetch(operation: Any, *args: Any, **kwargs: Any) -> Any:
+        out = terminate(operation, *args, **kwargs)
+        if operation.completed_tokens < len(operation.hash_value) * controller.page_size:
+            setattr(controller, PREFETCHES_CUT, getattr(controller, PREFETCHES_CUT) + 1)
+        return out
+
+    controller.terminate_prefetch = terminate_prefetch
 
 
 def _seed_storage_failures(tier: HostTier, controller: Any) -> None:
