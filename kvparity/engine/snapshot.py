@@ -419,12 +419,17 @@ def _ended_early(controller: Any) -> set[int]:
     """The host slots past what it fetched that a fetch its policy ended early still holds: given
     back when its last acknowledgement (``completed_req``) is read, a pass later (UnifiedRadixCache's
     tier, 0.5.19 on; 0.5.23 only where the operation's ``ack_releases_incomplete_host_indices`` says)."""
+    return {int(s) for op in _ended_early_operations(controller) if op.host_indices is not None
+            for s in _host_copy(op.host_indices[op.completed_tokens:]).tolist()}
+
+
+def _ended_early_operations(controller: Any) -> list[Any]:
+    """The fetches whose last acknowledgement (``completed_req``) waits to be read, each to give back
+    what it holds past what came: its KV slots' tail and, its extra pools' transfers not done, those."""
     acks = [ack for name in ("prefetch_sync_queue", "ack_prefetch_queue")
             for ack in list(getattr(getattr(controller, name, None), "queue", ()))]
-    ops = [ack.operation for ack in acks if getattr(ack, "completed_req", False)
-           and getattr(ack.operation, "ack_releases_incomplete_host_indices", True)
-           and ack.operation.host_indices is not None]
-    return {int(s) for op in ops for s in _host_copy(op.host_indices[op.completed_tokens:]).tolist()}
+    return [ack.operation for ack in acks if getattr(ack, "completed_req", False)
+            and getattr(ack.operation, "ack_releases_incomplete_host_indices", True)]
 
 
 def state_in_flight(tree: Any) -> set[int]:
@@ -434,7 +439,11 @@ def state_in_flight(tree: Any) -> set[int]:
                 for transfer in transfers if transfer.name == STATE_POOL and transfer.host_indices is not None
                 for s in _host_copy(transfer.host_indices).tolist()}
     queues = getattr(tree.cache_controller, "extra_host_mem_release_queues", {})
-    return fetching | _releasing(queues.get(STATE_POOL))
+    ended = {int(s) for op in _ended_early_operations(tree.cache_controller)
+             if not getattr(op, "pool_transfers_done", False) for transfer in (getattr(op, "pool_transfers", None) or ())
+             if transfer.name == STATE_POOL and transfer.host_indices is not None
+             for s in _host_copy(transfer.host_indices).tolist()}
+    return fetching | _releasing(queues.get(STATE_POOL)) | ended
 
 
 def _releasing(queue: Any) -> set[int]:
