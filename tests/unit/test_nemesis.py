@@ -194,3 +194,25 @@ def test_a_prefetch_its_policy_ends_early_holds_its_tail_until_its_last_acknowle
     assert hits["d"] == 0
     with pytest.raises(ValueError, match="hicache_prefetch_policy='best_effort'"):
         ServerConfig(hicache_prefetch_policy="best_effort")  # no storage tier to prefetch from
+
+
+def test_a_row_freed_by_an_abort_is_reused_behind_the_write_after_read_barrier_not_under_the_forward(release_workers):
+    """0.5.23's overlap loop: r1, aborted while decoding, is freed when the batch before lands,
+    while the next batch, which still holds it, is in flight; the next pass gives its row to r2.
+    Behind SGLang's write-after-read barrier (0.5.14 on, on CUDA) that rewrite waits for the
+    in-flight forward's reads, so it is no race: the shell applies the barrier as a server does and
+    finds nothing in flight (without it, it read wrong KV in r1's row)."""
+    config = ServerConfig(schedule_policy="lpm", kv_slots=128, max_prefill_tokens=4096, schedule_conservativeness=0.3,
+                          loop="overlap", hicache_ratio=2.0, hicache_ack_delay=1)
+    burst = tuple(Arrival(f"r{i}", tuple(range(stem, stem + 4)) + tuple(range(own, own + n)), out)
+                  for i, (stem, own, n, out) in enumerate(((100000, 10000, 31, 45), (200000, 20000, 25, 47),
+                                                           (100000, 30000, 19, 32), (200000, 40000, 23, 41),
+                                                           (100000, 50000, 21, 40), (100000, 60000, 18, 35))))
+    scenario = TrafficScenario(config, (
+        (Arrival("c0", tuple(range(200000, 200011)), 1),), (Arrival("c1", tuple(range(100000, 100039)), 1),),
+        (Arrival("c2", tuple(range(100000, 100058)), 1),), (), (Arrival("f0", tuple(range(200000, 200063)), 1),),
+        (Arrival("f1", tuple(range(201000, 201055)), 1),), burst), aborts=((),) * 16 + (("r1",),))
+    config_plain, groups = scenario.to_plain()
+    run = TrafficRun.from_plain(release_workers("0.5.23").call("run_traffic", config=config_plain, arrivals=groups))
+    assert run.error is None and [state for _, _, state in run.aborts] == ["decoding"]
+    assert run.inflight == () and not traffic_problems(scenario, run)
