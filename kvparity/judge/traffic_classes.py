@@ -37,7 +37,7 @@ from kvparity.model.classes import (
     TRAFFIC_WINDOW_OFF_PAGE,
     TRAFFIC_WINDOW_RETRACTION,
 )
-from kvparity.model.traffic import TrafficScenario
+from kvparity.model.traffic import BELOW_A_PAGE, TrafficScenario
 from kvparity.model.traffic_records import Decision
 
 
@@ -67,8 +67,9 @@ def traffic_classes(scenario: TrafficScenario, result: TrafficRun) -> set[str]:
             if rec.waiting and len(running_after) < scenario.config.max_running_requests:
                 found.add(TRAFFIC_BUDGET_STOP)  # rows were left, a request waited: a token budget stopped it
         finished.update(rec.finished)
-    return (found | {name for name, count in rare_counts(result).items() if count} | window_classes(result)
-            | window_geometry_classes(scenario, result) | state_classes(result) | host_classes(result)
+    window = window_classes(result)
+    return (found | {name for name, count in rare_counts(result).items() if count} | window
+            | window_geometry_classes(scenario, window) | state_classes(result) | host_classes(result)
             | abort_classes(result) | core_classes(scenario, result))
 
 
@@ -78,15 +79,14 @@ def core_classes(scenario: TrafficScenario, result: TrafficRun) -> set[str]:
     return {TRAFFIC_PYTHON_CORE} if scenario.config.tree_core == "python" and tree.startswith("unified/python") else set()
 
 
-def window_geometry_classes(scenario: TrafficScenario, result: TrafficRun) -> set[str]:
-    """The window's geometry against the page, where the run's window freed slots (so its frontier
-    was computed under it): smaller than a page, or past one and not a whole number of them."""
-    window, page = scenario.config.sliding_window, scenario.config.page_size
-    if window is None or page == 1 or not window_classes(result) & {TRAFFIC_WINDOW_EVICTED, TRAFFIC_TOMBSTONE}:
+def window_geometry_classes(scenario: TrafficScenario, window_met: set[str]) -> set[str]:
+    """The window's geometry against the page, where the run's window freed slots (``window_met``,
+    its ``window_classes``: its frontier was computed under it): smaller than a page, or past one
+    and not a whole number of them."""
+    odds = scenario.config.window_at_odds
+    if odds is None or not window_met & {TRAFFIC_WINDOW_EVICTED, TRAFFIC_TOMBSTONE}:
         return set()
-    if window < page:
-        return {TRAFFIC_WINDOW_BELOW_PAGE}
-    return {TRAFFIC_WINDOW_OFF_PAGE} if window % page else set()
+    return {TRAFFIC_WINDOW_BELOW_PAGE if odds == BELOW_A_PAGE else TRAFFIC_WINDOW_OFF_PAGE}
 
 
 def abort_classes(result: TrafficRun) -> set[str]:

@@ -133,6 +133,18 @@ class ServerConfig:
         return "full" if self.hicache_ratio is None else "hicache"
 
     @property
+    def window_at_odds(self) -> str | None:
+        """How the window sits against the page where window bugs live: ``BELOW_A_PAGE`` (smaller
+        than one) or ``BETWEEN_PAGES`` (past one, not a whole number of them); None without a
+        window, at page size 1, or on a whole number of pages."""
+        window, page = self.sliding_window, self.page_size
+        if window is None or page == 1:
+            return None
+        if window < page:
+            return BELOW_A_PAGE
+        return BETWEEN_PAGES if window % page else None
+
+    @property
     def window_slots(self) -> int | None:
         """The window pool's slots (None without a window)."""
         return None if self.sliding_window is None else window_slots(self.kv_slots, self.page_size, self.swa_kv_slots)
@@ -228,6 +240,8 @@ class Arrival:
 
 # The prefetch policies kvparity drives (SGLang's "timeout" reads the wall clock: no run would replay).
 PREFETCH_POLICIES = ("wait_complete", "best_effort")
+# ``ServerConfig.window_at_odds``'s answers.
+BELOW_A_PAGE, BETWEEN_PAGES = "below a page", "between pages"
 # ``TrafficScenario.abort_when``'s request that stands for any: the first found in the state.
 ANY_REQUEST = "*"
 

@@ -28,7 +28,7 @@ from kvparity.engine.real.defects import known_defect
 from kvparity.engine.traffic_players import ModelTrafficPlayer, RealTrafficPlayer, TrafficPlayer
 from kvparity.engine.traffic_run import TrafficRun
 from kvparity.judge.admission import TrafficJudgement, judge_traffic, traffic_problems
-from kvparity.judge.traffic_classes import rare_counts, traffic_classes, window_geometry_classes
+from kvparity.judge.traffic_classes import rare_counts, traffic_classes
 from kvparity.mem_cache.schedule_policy import POLICIES
 from kvparity.model.classes import (
     TRAFFIC_ABORTS,
@@ -229,8 +229,7 @@ class SchedulerDrive:
         counts = rare_counts(reference)
         steered = {name: float(counts[name]) for name in STEERED}
         if played.scenario.config.sliding_window is not None:  # toward windows at odds with the page
-            geometry = window_geometry_classes(played.scenario, reference)
-            steered |= {name: float(name in geometry) for name in (TRAFFIC_WINDOW_BELOW_PAGE, TRAFFIC_WINDOW_OFF_PAGE)}
+            steered |= {name: float(name in played.classes) for name in (TRAFFIC_WINDOW_BELOW_PAGE, TRAFFIC_WINDOW_OFF_PAGE)}
         if self.nemesis:  # toward the abort states a drawn delay rarely meets, and failed storage reads
             states = [state for _, _, state in reference.aborts]
             steered |= {TRAFFIC_ABORTS[s]: float(states.count(s)) for s in NEMESIS_STEERED}

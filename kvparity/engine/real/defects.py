@@ -14,7 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from kvparity.engine.real.versions import version_key
-from kvparity.model.traffic import ServerConfig
+from kvparity.model.traffic import BETWEEN_PAGES, ServerConfig
 
 # The finding kinds a defect shows as (the tail of a scheduler-driven finding's label).
 RAISED, ORACLE, CANARY, INFLIGHT = "the scheduler raised", "memory oracle", "KV canary", "in flight"
@@ -48,9 +48,8 @@ class KnownDefect:
 
 
 def _window_off_page(config: ServerConfig) -> bool:
-    """A sliding window that is not a whole number of pages (nor below one)."""
-    window, page = config.sliding_window, config.page_size
-    return window is not None and window > page and window % page != 0
+    """A sliding window past a page and not a whole number of them."""
+    return config.window_at_odds == BETWEEN_PAGES
 
 
 # Traced by playing every release with a Mamba model against itself (scheduler-driven, fcfs and lpm,

@@ -278,13 +278,17 @@ def _shell_class(mod: Any, adapter: ShellAdapter) -> Any:
             aborted = {rid for _, rid, _ in self._kvp_aborts}
             for armed in list(self._kvp_armed):
                 rid, when = armed
-                candidates = [r for r in self._kvp_reqs if r not in aborted] if rid == ANY_REQUEST else [rid]
-                states = {r: _abort_state(self, self._kvp_reqs[r]) for r in candidates}
-                found = next((r for r in candidates if states[r] == when), None)
+                if rid == ANY_REQUEST:
+                    found = next((r for r, req in self._kvp_reqs.items()
+                                  if r not in aborted and _abort_state(self, req) == when), None)
+                    gone = False
+                else:
+                    state = _abort_state(self, self._kvp_reqs[rid])
+                    found, gone = (rid if state == when else None), state == "finished"
                 if found is not None:
                     self._kvp_abort(found)
                     aborted.add(found)
-                if found is not None or (rid != ANY_REQUEST and states[rid] == "finished"):
+                if found is not None or gone:
                     self._kvp_armed.remove(armed)
 
         def _kvp_forget(self, rid: str) -> None:
