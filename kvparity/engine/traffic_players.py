@@ -37,6 +37,7 @@ class TrafficPlayer(Protocol):
     host_offer: HostOffer  # the host tiers it serves
     tree_cores: tuple[str, ...]  # the radix tree's cores it ships (two from 0.5.21: Rust, its default, and Python)
     aborts: bool  # whether it takes the nemesis's client aborts (``TrafficScenario.aborts``)
+    forced_retraction: bool  # whether it takes the nemesis's forced retraction (``ServerConfig.forced_retraction``)
     world_id: WorldId
 
     def play(self, scenario: TrafficScenario) -> TrafficRun: ...
@@ -78,6 +79,7 @@ class RealTrafficPlayer:
         self.paged_windows = source.entry.paged_swa
         self.host_offer = source.entry.host_offer
         self.tree_cores = source.entry.tree_cores
+        self.forced_retraction = source.entry.test_retract_interval
         self.caches = tuple(c for c in CACHES if source.entry.serves(c))
         self.owns_worker = worker is None
         self.worker = RealWorker(source, plugins=WORKER_PLUGINS) if worker is None else worker
@@ -125,6 +127,7 @@ class ModelTrafficPlayer:
     host_offer = EVERY_HOST_TIER  # unused: kvparity's model serves no host tier
     tree_cores: tuple[str, ...] = ()
     aborts = False  # kvparity's model has no abort path: aborts are drawn real release against real release
+    forced_retraction = False  # nor SGLang's retraction test switch
 
     def __init__(self, version: str, options: tuple[tuple[str, str], ...] = ()) -> None:
         """``options``: ``play_traffic``'s (a change undone: ``Change.model_undo``)."""
@@ -160,7 +163,7 @@ class CachingPlayer:
         self.name, self.release, self.loops, self.world_id = player.name, player.release, player.loops, player.world_id
         self.caches, self.paged_windows, self.host_offer = player.caches, player.paged_windows, player.host_offer
         self.tree_cores = player.tree_cores
-        self.aborts = player.aborts
+        self.aborts, self.forced_retraction = player.aborts, player.forced_retraction
         self.results: dict[TrafficScenario, TrafficRun] = {}
 
     def play(self, scenario: TrafficScenario) -> TrafficRun:

@@ -11,6 +11,7 @@ from kvparity.model.classes import (
     TRAFFIC_BUDGET_STOP,
     TRAFFIC_CHUNK_IN_FLIGHT_FREED,
     TRAFFIC_CHUNKED,
+    TRAFFIC_FORCED_RETRACTION,
     TRAFFIC_HOST_DEMOTED,
     TRAFFIC_HOST_EVICTED,
     TRAFFIC_HOST_LOAD_BACK,
@@ -67,6 +68,8 @@ def traffic_classes(scenario: TrafficScenario, result: TrafficRun) -> set[str]:
             if rec.waiting and len(running_after) < scenario.config.max_running_requests:
                 found.add(TRAFFIC_BUDGET_STOP)  # rows were left, a request waited: a token budget stopped it
         finished.update(rec.finished)
+    if TRAFFIC_RETRACTION in found and scenario.config.forced_retraction is not None:
+        found.add(TRAFFIC_FORCED_RETRACTION)
     window = window_classes(result)
     return (found | {name for name, count in rare_counts(result).items() if count} | window
             | window_geometry_classes(scenario, window) | state_classes(result) | host_classes(result)

@@ -122,6 +122,10 @@ class ServerConfig:
     # (when every page came) or "best_effort" (at the scheduler's first check, with what came:
     # the release's own early termination, drawn by the nemesis).
     hicache_prefetch_policy: str = "wait_complete"
+    # Forced retraction (the nemesis): SGLang's own test switch (SGLANG_TEST_RETRACT, 0.5.4+) with this
+    # interval: every that many forwards a decode batch retracts a request (the last of its
+    # retraction order), whatever the memory, and keeps one. None: off. A release without it refuses it.
+    forced_retraction: int | None = None
 
     @property
     def cache(self) -> str:
@@ -165,6 +169,8 @@ class ServerConfig:
                              f"pool_rows={self.pool_rows}")
         if self.chunked_prefill_size is not None and self.chunked_prefill_size < 1:
             raise ValueError(f"ServerConfig.chunked_prefill_size={self.chunked_prefill_size}: >= 1, or None for off")
+        if self.forced_retraction is not None and self.forced_retraction < 1:
+            raise ValueError(f"ServerConfig.forced_retraction={self.forced_retraction}: an interval >= 1, or None for off")
         self._check_window()
         self._check_mamba()
         self._check_host_tier()

@@ -20,6 +20,7 @@ from kvparity.model.traffic import (
     ANY_REQUEST,
     EVERY_HOST_TIER,
     HICACHE_WRITE_POLICIES,
+    HOST_CACHES,
     MAMBA_SLOTS_PER_REQUEST,
     PREFETCH_POLICIES,
     Arrival,
@@ -32,10 +33,13 @@ _STEM = 60
 
 
 @st.composite
-def server_configs(draw: Any, policies: tuple[str, ...] = POLICIES, pressure: bool = False) -> ServerConfig:
+def server_configs(draw: Any, policies: tuple[str, ...] = POLICIES, pressure: bool = False,
+                   chunks_first: bool = False) -> ServerConfig:
+    """``chunks_first``: chunked prefill is the simplest draw (the nemesis's: an abort between chunks)."""
     page_size = 1 if pressure else draw(st.sampled_from((1, 4)))  # long decodes: cheap at page size 1
     rows = 8 if pressure else draw(st.integers(4, 8))
-    chunked = draw(st.one_of(st.none(), st.integers(2, 8).map(lambda pages: pages * page_size)))
+    chunk = st.integers(2, 8).map(lambda pages: pages * page_size)
+    chunked = draw(st.one_of(chunk, st.none()) if chunks_first else st.one_of(st.none(), chunk))
     return ServerConfig(
         schedule_policy=draw(st.sampled_from(policies)),
         page_size=page_size,
@@ -105,13 +109,23 @@ def host_tiers(draw: Any, config: ServerConfig, offer: HostOffer = EVERY_HOST_TI
                                hicache_storage_failing=draw(st.sampled_from(("", "batch_get", "batch_get"))))
 
 
-def _fillers(draw: Any, config: ServerConfig) -> list[tuple[Arrival, ...]]:
+def _fillers(draw: Any, config: ServerConfig, fetching: bool = False) -> list[tuple[Arrival, ...]]:
     """A host tier's run: prompts of their own between the warm-up and the burst, one at a time,
     whose KV (from half the device pool to half as much again) pushes the warm-up's out of the
     device, onto the host, where the burst's hits find it (or, the host full, evicted from there);
     with a storage tier, twice as many, so that the host, too, lets the warm-up's KV go (to
-    storage, where the burst's hits find it) and holds KV of their own it can evict for a fetch."""
+    storage, where the burst's hits find it) and holds KV of their own it can evict for a fetch.
+    ``fetching`` (the nemesis's storage tier, whose reads it fails or cuts short): the simplest
+    draw is half a device pool each, as many as fill the device and the host and half a pool more, so that
+    the warm-up's KV is in storage alone when the burst comes."""
     kv_slots = config.kv_slots
+    if fetching:
+        host_slots = int(kv_slots * (config.hicache_ratio or 0))
+        count = -(-(kv_slots + host_slots) // (kv_slots // 2)) + 1
+        lengths = [draw(st.integers(kv_slots // 4, kv_slots // 2).map(lambda n: kv_slots // 2 + kv_slots // 4 - n))
+                   for _ in range(count)]
+        return [(Arrival(f"f{k}", tuple(range(200_000 + 1000 * k, 200_000 + 1000 * k + n)), 1),)
+                for k, n in enumerate(lengths)]
     count = draw(st.integers(4, 6) if config.hicache_storage else st.integers(2, 3))
     lengths = [draw(st.integers(kv_slots // 4, kv_slots // 2)) for _ in range(count)]
     return [(Arrival(f"f{k}", tuple(range(200_000 + 1000 * k, 200_000 + 1000 * k + n)), 1),)
@@ -121,14 +135,16 @@ def _fillers(draw: Any, config: ServerConfig) -> list[tuple[Arrival, ...]]:
 @st.composite
 def traffic_scenarios(draw: Any, policies: tuple[str, ...] = POLICIES, cache: str = "full",
                       window_pages: tuple[int, ...] = (1, 4), host_offer: HostOffer = EVERY_HOST_TIER,
-                      nemesis: bool = False, two_cores: bool = False) -> TrafficScenario:
+                      nemesis: bool = False, two_cores: bool = False, forced_retraction: bool = False) -> TrafficScenario:
     """``cache``: the model served (``CACHES``); a sliding-window model's pools take the page sizes
     ``window_pages``; a host tier is one of those ``host_offer`` allows; ``nemesis``: clients abort
     requests too (both players take aborts); ``two_cores``: both releases ship the Rust and the
     Python radix-tree core (0.5.21+), the Python one played in about half the scenarios (a host
     tier runs on it always)."""
     pressure = draw(st.sampled_from((False, True, False)))
-    config = draw(server_configs(policies, pressure))
+    # Chunks first for the nemesis's aborts between them; not with a host tier, whose storage the
+    # nemesis fails: SGLang fetches none of a prefix cached in chunks of 8 tokens (of 32 it does).
+    config = draw(server_configs(policies, pressure, chunks_first=nemesis and cache not in HOST_CACHES))
     if cache == "swa":
         config = draw(windows(config, window_pages))
     elif cache == "mamba":
@@ -138,11 +154,14 @@ def traffic_scenarios(draw: Any, policies: tuple[str, ...] = POLICIES, cache: st
     elif cache == "hicache-mamba":
         config = draw(host_tiers(draw(mamba_models(config)), host_offer, nemesis))
     stems = [tuple(range(100_000 * (k + 1), 100_000 * (k + 1) + _STEM)) for k in range(2)]
-    cached = [draw(st.sampled_from(stems))[: draw(st.integers(4, _STEM))] for _ in range(draw(st.integers(1, 3)))]
+    # The nemesis's storage tier: the warm-up's prompts whole first (long enough to fetch back).
+    fetching = nemesis and config.hicache_storage
+    length = st.integers(4, _STEM).map(lambda n: _STEM + 4 - n) if fetching else st.integers(4, _STEM)
+    cached = [draw(st.sampled_from(stems))[: draw(length)] for _ in range(draw(st.integers(1, 3)))]
     arrivals: list[tuple[Arrival, ...]] = [(Arrival(f"c{i}", p, 1),) for i, p in enumerate(cached)]
     arrivals.append(())  # an idle iteration: the warm-up has finished
     if config.hicache_ratio is not None:
-        arrivals += _fillers(draw, config)
+        arrivals += _fillers(draw, config, fetching)
     burst = []
     if not pressure and draw(st.booleans()):
         # The shape pull request #11200's ranking key tells apart: a cached prompt cut one short with
@@ -159,10 +178,12 @@ def traffic_scenarios(draw: Any, policies: tuple[str, ...] = POLICIES, cache: st
         else:  # half of them none: a prompt that is (a cut of) a cached one exactly
             own_len = draw(st.sampled_from((0, draw(st.integers(1, 12))))) if cut else draw(st.integers(1, 12))
         own = tuple(range(10_000 * (i + 1), 10_000 * (i + 1) + own_len))
-        outputs = draw(st.integers(32, 48) if pressure else st.integers(1, 6))
+        outputs = draw(st.integers(32, 48) if pressure else _OUTPUTS_DECODING_FIRST if nemesis else st.integers(1, 6))
         burst.append(Arrival(f"r{i}", base[:cut] + own, outputs))
     arrivals.append(tuple(burst))
-    aborts, when = draw(_aborts(burst, len(arrivals) - 1, pressure)) if nemesis else ((), ())
+    if nemesis and forced_retraction:
+        config = dataclasses.replace(config, forced_retraction=draw(st.sampled_from(FORCED_RETRACTION_INTERVALS)))
+    aborts, when = draw(_aborts(burst, len(arrivals) - 1)) if nemesis else ((), ())
     if two_cores and config.hicache_ratio is None:
         config = dataclasses.replace(config, tree_core=_core_of(arrivals))
     return TrafficScenario(config, tuple(arrivals), aborts, when)
@@ -173,6 +194,14 @@ def _core_of(arrivals: list[tuple[Arrival, ...]]) -> str | None:
     default: a stable half of the scenarios whatever Hypothesis favours in a task's few draws (a
     drawn choice came out 1 in 40 in some derandomized tasks)."""
     return "python" if sum(len(a.tokens) for group in arrivals for a in group) % 2 else None
+
+
+# A burst request's outputs under the nemesis: the simplest draw decodes (an abort while decoding, a
+# retraction; at 1 a request finishes at its prefill).
+_OUTPUTS_DECODING_FIRST = st.sampled_from((6, 1, 2, 3, 4, 5))
+# The nemesis's forced retraction (SGLang's SGLANG_TEST_RETRACT_INTERVAL): a decode batch retracts a
+# request every 2 or 3 forwards, or never (None), half the time; the fault first, the simplest draw.
+FORCED_RETRACTION_INTERVALS = (2, None, 3, None)
 
 
 # How many iterations after its arrival a client aborts a request: 0 while it waits (the abort comes
@@ -186,14 +215,13 @@ ABORT_ON_STATES = ("between chunks", "retracted", "decoding", "prefilled")
 
 
 @st.composite
-def _aborts(draw: Any, burst: list[Arrival], arrival: int, pressure: bool = False
+def _aborts(draw: Any, burst: list[Arrival], arrival: int
             ) -> tuple[tuple[tuple[str, ...], ...], tuple[tuple[str, str], ...]]:
     """The nemesis's client aborts (none in a quarter of scenarios): some of the burst's requests,
     each at a drawn delay after the burst's iteration ``arrival`` or, as often, on a drawn state
-    of its life (the first pass that finds it there); and, in half the scenarios with aborts, the
-    first request of any found in a drawn state (``ANY_REQUEST``: a retraction or a chunk, wherever
-    it falls; under memory ``pressure``, always, a retracted one first). Returns (``aborts``,
-    ``abort_when``)."""
+    of its life (the first pass that finds it there); and, for each state of ``ABORT_ON_STATES``
+    half the time, the first request of any found in it (``ANY_REQUEST``: a retraction or a chunk,
+    wherever it falls). Returns (``aborts``, ``abort_when``)."""
     # Each choice's simplest draw (the first, the smallest, False) is the fault: Hypothesis draws
     # simplest first, and a derandomized task of 40 draws many such.
     if not burst or draw(st.integers(0, 3)) == 3:
@@ -204,6 +232,5 @@ def _aborts(draw: Any, burst: list[Arrival], arrival: int, pressure: bool = Fals
     groups: list[tuple[str, ...]] = [() for _ in range(max(at.values(), default=-1) + 1)]
     for rid, i in sorted(at.items(), key=lambda item: item[1]):
         groups[i] += (rid,)
-    states = tuple(sorted(ABORT_ON_STATES, key=lambda s: s != "retracted")) if pressure else ABORT_ON_STATES
-    anyone = ((ANY_REQUEST, draw(st.sampled_from(states))),) if pressure or not draw(st.booleans()) else ()
+    anyone = tuple((ANY_REQUEST, state) for state in ABORT_ON_STATES if not draw(st.booleans()))
     return tuple(groups), tuple(on_state.items()) + anyone

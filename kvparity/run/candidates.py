@@ -137,7 +137,9 @@ def _valid(make: Callable[[], T]) -> Iterator[T]:
 
 def traffic_candidates(scenario: TrafficScenario) -> Iterator[TrafficScenario]:
     aborted = [rid for group in scenario.aborts for rid in group]
-    for rid, _ in scenario.abort_when:  # a fault the difference does not need goes first
+    if scenario.config.forced_retraction is not None:  # a fault the difference does not need goes first
+        yield from _valid(lambda: with_config(scenario, "forced_retraction", None))
+    for rid, _ in scenario.abort_when:
         yield from _valid(lambda: replace(scenario, abort_when=tuple(p for p in scenario.abort_when if p[0] != rid)))  # noqa: B023
     for rid in aborted:
         yield from _valid(lambda: without_abort(scenario, rid))  # noqa: B023
@@ -156,7 +158,9 @@ def traffic_candidates(scenario: TrafficScenario) -> Iterator[TrafficScenario]:
             yield from _valid(lambda: with_arrival(scenario, rid, lambda a: replace(a, tokens=a.tokens[cut:])))  # noqa: B023
     for rid in rids:
         yield from _valid(lambda: with_arrival(scenario, rid, lambda a: replace(a, max_new_tokens=1)))  # noqa: B023
-    for knob, value in (("chunked_prefill_size", None), ("page_size", 1), ("schedule_conservativeness", 1.0)):
+    for knob, value in (("chunked_prefill_size", None), ("page_size", 1), ("schedule_conservativeness", 1.0),
+                        ("hicache_storage_failure", 0.0), ("hicache_ack_delay", 0),
+                        ("hicache_prefetch_policy", "wait_complete")):
         yield from _valid(lambda: with_config(scenario, knob, value))  # noqa: B023
 
 

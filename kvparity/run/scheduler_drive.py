@@ -145,6 +145,8 @@ class SchedulerDrive:
         self.two_cores = all({"rust", "python"} <= set(p.tree_cores) for p in (self.ref_player, self.checked_player))
         # The nemesis's client aborts, where both players take them (real releases).
         self.nemesis = spec.nemesis and self.ref_player.aborts and self.checked_player.aborts
+        # Its forced retraction, where both releases take SGLang's retraction test switch (0.5.4+).
+        self.forced_retraction = self.nemesis and self.ref_player.forced_retraction and self.checked_player.forced_retraction
         self.pool = ThreadPoolExecutor(1)  # the reference plays beside the checked player (real ones are processes)
 
     def _undo_changes(self) -> tuple[Change, ...]:
@@ -180,7 +182,8 @@ class SchedulerDrive:
         loop, policy = self.loops[task.key[0]], self.spec.policies[task.key[1]]
         cache = task.key[2] if len(task.key) > 2 else "full"
         drawn = traffic_scenarios(policies=(policy,), cache=cache, window_pages=self.window_pages,
-                                  host_offer=self.host_offer, nemesis=self.nemesis, two_cores=self.two_cores)
+                                  host_offer=self.host_offer, nemesis=self.nemesis, two_cores=self.two_cores,
+                                  forced_retraction=self.forced_retraction)
         return drawn.map(lambda scenario: with_loop(scenario, loop))
 
     # ---- playing and judging ----------------------------------------------------------------------

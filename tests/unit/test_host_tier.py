@@ -234,6 +234,34 @@ def test_a_mamba_models_prefetch_gives_state_host_slots_back_through_its_release
     assert TRAFFIC_STORAGE_HIT in host_classes(run)
 
 
+def write_back_storage_scenario(host_ratio: float) -> TrafficScenario:
+    """A Mamba model's host tier, write_back, with storage (shrunk from a nemesis task of 0.5.23):
+    f (18 tokens) finishes; r0 (58) and r1 (49 of r0's prompt) arrive. r1's match stops at 0 (no
+    state kept at 48 tokens), so its 49 tokens need f's and r0's device slots: each demoted leaf's
+    host copy starts a storage backup that host-locks it, and r0's 48-token node then needs host
+    room only those locked nodes hold."""
+    config = ServerConfig(pool_rows=4, kv_slots=96, max_prefill_tokens=15, max_running_requests=4,
+                          schedule_conservativeness=0.3, mamba_slots=12, hicache_ratio=host_ratio,
+                          hicache_write_policy="write_back", hicache_storage=True)
+    r0 = tuple(range(200000, 200053)) + tuple(range(10000, 10005))
+    return TrafficScenario(config, ((Arrival("f", tuple(range(204000, 204018)), 1),),
+                                    (Arrival("r0", r0, 1), Arrival("r1", r0[:49], 1))))
+
+
+def test_write_back_eviction_behind_storage_backups_raises_out_of_memory_a_known_defect(release_workers):
+    from kvparity.engine.real.defects import RAISED, known_defect
+    from kvparity.engine.traffic_run import TrafficRun
+
+    scenario = write_back_storage_scenario(0.75)  # a host of 73 slots
+    config, arrivals = scenario.to_plain()
+    run = TrafficRun.from_plain(release_workers("0.5.23").call("run_traffic", config=config, arrivals=arrivals))
+    assert run.error is not None and "Out of memory" in run.error.message
+    assert "full_available_size=48 + full_evictable_size_=48" in run.error.message  # counted, never freed
+    known = known_defect("0.5.23", scenario.config, RAISED, run.error.message)
+    assert known is not None and known.name == "write-back eviction stopped by storage backups"
+    _played(release_workers, "0.5.23", write_back_storage_scenario(2.0))  # a host of 192: room enough, none
+
+
 def test_a_host_tier_serves_full_attention_or_a_mamba_model_and_names_what_it_refuses(release_workers):
     """A sliding-window model's host tier is not driven (refused by the scenario); a Mamba model's
     is from 0.5.16 (UnifiedRadixCache's), and refused by name before (MambaRadixCache has none)."""

@@ -9,7 +9,7 @@ import pytest
 from kvparity.engine.traffic_run import TrafficRun
 from kvparity.judge.admission import traffic_problems
 from kvparity.judge.traffic_classes import traffic_classes
-from kvparity.model.classes import TRAFFIC_ABORTS
+from kvparity.model.classes import TRAFFIC_ABORTS, TRAFFIC_FORCED_RETRACTION
 from kvparity.model.traffic import (
     ANY_REQUEST,
     Arrival,
@@ -216,3 +216,33 @@ def test_a_row_freed_by_an_abort_is_reused_behind_the_write_after_read_barrier_n
     run = TrafficRun.from_plain(release_workers("0.5.23").call("run_traffic", config=config_plain, arrivals=groups))
     assert run.error is None and [state for _, _, state in run.aborts] == ["decoding"]
     assert run.inflight == () and not traffic_problems(scenario, run)
+
+
+# Forced retraction: two requests decode 8 tokens each with memory to spare; SGLang's own test switch
+# (SGLANG_TEST_RETRACT, every 2 forwards) retracts one of them anyway.
+TWO_DECODING = (Arrival("a", tuple(range(4000, 4006)), 8), Arrival("b", tuple(range(5000, 5006)), 8))
+
+
+def test_sglangs_retraction_test_switch_retracts_with_memory_to_spare(release_workers):
+    def run(interval):
+        config, groups = TrafficScenario(ServerConfig(forced_retraction=interval), (TWO_DECODING,)).to_plain()
+        return TrafficRun.from_plain(release_workers("0.5.23").call("run_traffic", config=config, arrivals=groups))
+
+    off, on = run(None), run(2)
+    assert not any(d.retracted for d in off.decisions)
+    assert any(d.retracted for d in on.decisions)
+    assert on.error is None and on.outputs == off.outputs  # retracted, recomputed: the same tokens
+    forced = TrafficScenario(ServerConfig(forced_retraction=2), (TWO_DECODING,))
+    assert TRAFFIC_FORCED_RETRACTION in traffic_classes(forced, on)
+    assert not traffic_problems(forced, on)
+
+
+def test_a_release_without_the_switch_at_an_interval_refuses_forced_retraction(scheduler_workers):
+    config, groups = TrafficScenario(ServerConfig(forced_retraction=2), (TWO_DECODING,)).to_plain()
+    with pytest.raises(Exception, match=r"sglang 0\.5\.3 has no retraction test switch at an interval"):
+        scheduler_workers["0.5.3"].call("run_traffic", config=config, arrivals=groups)
+
+
+def test_shrinking_turns_forced_retraction_off_first():
+    scenario = TrafficScenario(ServerConfig(forced_retraction=2), (TWO_DECODING,))
+    assert next(traffic_candidates(scenario)).config.forced_retraction is None

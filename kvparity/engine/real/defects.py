@@ -52,6 +52,11 @@ def _window_off_page(config: ServerConfig) -> bool:
     return config.window_at_odds == BETWEEN_PAGES
 
 
+def _write_back_to_storage(config: ServerConfig) -> bool:
+    """A host tier that backs the device up only on eviction, with a storage tier behind it."""
+    return config.hicache_write_policy == "write_back" and config.hicache_storage
+
+
 # Traced by playing every release with a Mamba model against itself (scheduler-driven, fcfs and lpm,
 # 40 scenarios each, derandomized): each defect is met in every release of its range and in none
 # after it.
@@ -100,6 +105,20 @@ KNOWN_DEFECTS: tuple[KnownDefect, ...] = (
         "sgl-project/sglang#40128 (open: skip the donation on exhaustion); shrunk: 4 requests in one pass, "
         "lpm, state slots the fewest a server runs 4 requests with, acknowledgements 2 passes late; 0.5.16 to "
         "0.5.22 do not raise on it", RAISED, ("Can not alloc mamba cache",), "hicache-mamba"),
+    # Found by the nemesis's host-tier tasks (0.5.23 against itself), shrunk, then played on every
+    # release with a Mamba model's host tier.
+    KnownDefect(
+        "write-back eviction stopped by storage backups", "0.5.16", "0.5.23",
+        "a Mamba model's host tier, write_back, with storage: an eviction demotes leaves to the host, and each "
+        "host copy it acknowledges starts a storage backup that host-locks the node until the scheduler's next "
+        "drain of the storage queues; the next leaf's backup then finds no host room it may evict "
+        "(\"subtree drop declined (node locked)\"), so the tokens the admission counted evictable stay on the "
+        "device and alloc_token_slots raises Out of memory (the server dies)",
+        "not fixed as of 0.5.23 (the latest driven); HiRadixCache's write-back eviction skips subtrees an L3 "
+        "operation locks since sgl-project/sglang#28614, UnifiedRadixCache's does not; shrunk: a device of 96 "
+        "slots, a host of 73, 3 requests over 2 passes (with a host of 192: none); the host lock is released "
+        "on the scheduler's thread only, so no storage speed avoids it", RAISED,
+        ("Out of memory", "full_evictable_size_="), "hicache-mamba", _write_back_to_storage),
 )
 
 

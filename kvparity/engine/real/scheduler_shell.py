@@ -75,6 +75,7 @@ from kvparity.engine.real.hybrid_pools import run_deferred_state_work
 from kvparity.engine.real.shell_adapters import Knobs, ShellAdapter, adapter_for
 from kvparity.engine.real.standins import StandIn
 from kvparity.engine.real.standins import install as install_standins
+from kvparity.engine.real.versions import VersionEntry
 from kvparity.engine.real.worker import Context, remote
 from kvparity.engine.traffic_run import TrafficRun
 from kvparity.model.canary import token_from
@@ -478,6 +479,7 @@ def _build(ctx: Context, adapter: ShellAdapter, config: dict[str, Any], arrivals
     if fault is not None and fault.get("name") not in FAULTS:
         raise ValueError(f"run_traffic: no fault named {fault.get('name')!r} (known: {sorted(FAULTS)})")
     mod = scheduler_module(adapter)
+    _set_test_retract(mod, entry, config.get("forced_retraction"))
     world = adapter.build_world(entry, knobs)
     cls = _shell_class(mod, adapter)
     shell = cls.__new__(cls)
@@ -499,6 +501,18 @@ def _build(ctx: Context, adapter: ShellAdapter, config: dict[str, Any], arrivals
     _answer_aborts(shell)
     _record_admission_budget(mod, shell)
     return shell
+
+
+def _set_test_retract(mod: Any, entry: VersionEntry, interval: int | None) -> None:
+    """SGLang's retraction test switch for this run (the nemesis's forced retraction), off unless
+    the scenario asks: the scheduler module reads ``TEST_RETRACT`` and ``TEST_RETRACT_INTERVAL`` as
+    globals at every decode batch, so each run sets both (a worker plays many scenarios)."""
+    if not entry.test_retract_interval:
+        if interval is not None:
+            raise RealSGLangError(f"forced_retraction: sglang {entry.version} has no retraction test switch at an "
+                                  f"interval (SGLANG_TEST_RETRACT_INTERVAL, 0.5.4+)")
+        return
+    mod.TEST_RETRACT, mod.TEST_RETRACT_INTERVAL = interval is not None, int(interval or 3)
 
 
 def _record_admission_budget(mod: Any, shell: Any) -> None:

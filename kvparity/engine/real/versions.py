@@ -179,6 +179,12 @@ class VersionEntry:
     # Whether its storage backend can be wrapped in SGLang's own failure injector
     # (HiCacheStorageFailureInjector, 0.5.23+): the nemesis's storage faults.
     storage_failure_injector: bool = False
+    # Whether its scheduler takes SGLang's retraction test switch at an interval (SGLANG_TEST_RETRACT
+    # with SGLANG_TEST_RETRACT_INTERVAL, read into the scheduler module's TEST_RETRACT and
+    # TEST_RETRACT_INTERVAL, 0.5.4+: a decode batch retracts a request every that many forwards,
+    # memory or not): the nemesis's forced retraction. 0.5.3 to 0.5.3.post3 retract on it only in
+    # a decode batch of more than 10 requests, which kvparity's servers never run.
+    test_retract_interval: bool = False
 
     @property
     def serves_mamba(self) -> bool:
@@ -251,7 +257,7 @@ CHANGES: tuple[tuple[str, dict[str, object]], ...] = (
         mamba_tree="sglang.srt.mem_cache.mamba_radix_cache:MambaRadixCache",
     )),
     ("0.5.3.post3", dict()),
-    ("0.5.4", dict(retract_clears_req_pool_idx=False)),
+    ("0.5.4", dict(retract_clears_req_pool_idx=False, test_retract_interval=True)),
     ("0.5.4.post1", dict()),
     ("0.5.4.post2", dict()),
     ("0.5.4.post3", dict()),
