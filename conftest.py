@@ -184,7 +184,9 @@ def mutant_judged(release_workers, tmp_path):
     def judged(name, scenario):
         mutant = REAL_MUTANTS_BY_NAME[name]
         release = RealTrafficPlayer(resolve(mutant.against), release_workers(mutant.against))
-        broken = RealTrafficPlayer(resolve(str(make_mutated_copy(resolve(mutant.version), mutant, tmp_path / name))))
+        copy = tmp_path / name  # made once, played as often as the test asks
+        broken = RealTrafficPlayer(resolve(str(copy if copy.exists() else
+                                               make_mutated_copy(resolve(mutant.version), mutant, copy))))
         try:
             theirs, ours = release.play(scenario), broken.play(scenario)
             assert judge_traffic(scenario, theirs, release.play(scenario), release.world_id, release.world_id).agree

@@ -103,7 +103,8 @@ TRAFFIC_HOST = (TRAFFIC_HOST_DEMOTED, TRAFFIC_HOST_LOAD_BACK, TRAFFIC_HOST_EVICT
 # The nemesis's fault classes (issue 48): a client aborts a request in each state of its life, as
 # the scheduler shell names it (a finished request aside, state "finished": its abort finds nothing).
 TRAFFIC_ABORTS = {state: f"nemesis: a request aborted {words}" for state, words in (
-    ("waiting", "while waiting"), ("between chunks", "between chunks of its prefill"),
+    ("waiting", "while waiting"), ("prefetching", "while its prefix is fetched from storage (host tier)"),
+    ("between chunks", "between chunks of its prefill"),
     ("prefilled", "right after its prefill"), ("decoding", "while decoding"), ("retracted", "after its retraction"))}
 # Storage calls SGLang's own failure injector failed (the host tier's storage, 0.5.23+): a read of
 # pages a prefetch asked for, or another call (the hit query, a backup).

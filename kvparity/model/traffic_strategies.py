@@ -183,7 +183,7 @@ def traffic_scenarios(draw: Any, policies: tuple[str, ...] = POLICIES, cache: st
     arrivals.append(tuple(burst))
     if nemesis and forced_retraction:
         config = dataclasses.replace(config, forced_retraction=draw(st.sampled_from(FORCED_RETRACTION_INTERVALS)))
-    aborts, when = draw(_aborts(burst, len(arrivals) - 1)) if nemesis else ((), ())
+    aborts, when = draw(_aborts(burst, len(arrivals) - 1, config.hicache_storage)) if nemesis else ((), ())
     if two_cores and config.hicache_ratio is None:
         config = dataclasses.replace(config, tree_core=_core_of(arrivals))
     return TrafficScenario(config, tuple(arrivals), aborts, when)
@@ -212,25 +212,29 @@ ABORT_DELAYS = (0, 1, 2, 3, 5, 8, 13, 21)
 
 # The states an abort waits for (``TrafficScenario.abort_when``): those a drawn delay rarely meets.
 ABORT_ON_STATES = ("between chunks", "retracted", "decoding", "prefilled")
+# With a storage tier, one more: a waiting request whose prefix the tree is fetching from storage.
+STORAGE_ABORT_STATES = (*ABORT_ON_STATES, "prefetching")
 
 
 @st.composite
-def _aborts(draw: Any, burst: list[Arrival], arrival: int
+def _aborts(draw: Any, burst: list[Arrival], arrival: int, storage: bool = False
             ) -> tuple[tuple[tuple[str, ...], ...], tuple[tuple[str, str], ...]]:
     """The nemesis's client aborts (none in a quarter of scenarios): some of the burst's requests,
     each at a drawn delay after the burst's iteration ``arrival`` or, as often, on a drawn state
     of its life (the first pass that finds it there); and, for each state of ``ABORT_ON_STATES``
-    half the time, the first request of any found in it (``ANY_REQUEST``: a retraction or a chunk,
-    wherever it falls). Returns (``aborts``, ``abort_when``)."""
+    (``STORAGE_ABORT_STATES`` with a ``storage`` tier) half the time, the first request of any
+    found in it (``ANY_REQUEST``: a retraction or a chunk, wherever it falls). Returns
+    (``aborts``, ``abort_when``)."""
     # Each choice's simplest draw (the first, the smallest, False) is the fault: Hypothesis draws
     # simplest first, and a derandomized task of 40 draws many such.
     if not burst or draw(st.integers(0, 3)) == 3:
         return (), ()
     chosen = draw(st.lists(st.sampled_from([a.rid for a in burst]), min_size=1, max_size=3, unique=True))
-    on_state = {rid: draw(st.sampled_from(ABORT_ON_STATES)) for rid in chosen if not draw(st.booleans())}
+    states = STORAGE_ABORT_STATES if storage else ABORT_ON_STATES
+    on_state = {rid: draw(st.sampled_from(states)) for rid in chosen if not draw(st.booleans())}
     at = {rid: arrival + draw(st.sampled_from(ABORT_DELAYS)) for rid in chosen if rid not in on_state}
     groups: list[tuple[str, ...]] = [() for _ in range(max(at.values(), default=-1) + 1)]
     for rid, i in sorted(at.items(), key=lambda item: item[1]):
         groups[i] += (rid,)
-    anyone = tuple((ANY_REQUEST, state) for state in ABORT_ON_STATES if not draw(st.booleans()))
+    anyone = tuple((ANY_REQUEST, state) for state in states if not draw(st.booleans()))
     return tuple(groups), tuple(on_state.items()) + anyone

@@ -211,7 +211,7 @@ REAL_HOST_MUTANTS: tuple[RealMutant, ...] = (
                against="0.5.15"),
 )
 # For the nemesis (issue 48): copies of 0.5.23 whose failure paths go wrong, each acting only under a
-# fault the nemesis draws (a client's abort, a storage read that fails); killed by ``--drive
+# fault the nemesis draws (a client's abort, while prefetching too; a storage read that fails); killed by ``--drive
 # scheduler --nemesis`` against the release.
 _SCHEDULER = "sglang/srt/managers/scheduler.py"
 _CHUNKED_ABORT = ("        self._release_aborted_request(req)\n        release_kv_cache(req, self.tree_cache, checkpoint=False)\n"
@@ -225,6 +225,11 @@ REAL_NEMESIS_MUTANTS: tuple[RealMutant, ...] = (
                "a request aborted between chunks has its chunks inserted into the radix tree anyway, as if it "
                "had finished", "0.5.23", _SCHEDULER, _CHUNKED_ABORT,
                _CHUNKED_ABORT.replace("checkpoint=False", "checkpoint=True"), against="0.5.23"),
+    RealMutant("abort-prefetching-keeps-fetch",
+               "a request aborted while its prefix is fetched from storage leaves the fetch running: the host "
+               "slots it took are never given back", "0.5.23", "sglang/srt/mem_cache/unified_radix_cache.py",
+               "        self.discard_storage_prefetch_accounting(request)\n        if request not in self.ongoing_prefetch:\n",
+               "        self.discard_storage_prefetch_accounting(request)\n        if True:\n", against="0.5.23"),
     RealMutant("storage-failed-read-counted",
                "a page the storage tier failed to read is counted as fetched: the host slots it was to fill are "
                "loaded back as the prefix's KV", "0.5.23", "sglang/srt/managers/cache_controller.py",

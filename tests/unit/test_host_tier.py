@@ -13,9 +13,10 @@ from kvparity.engine.canary import KVCanary, LaneStore, SlotStore
 from kvparity.engine.snapshot import HostNode, HostState
 from kvparity.judge.memory import run_problems
 from kvparity.judge.oracles import host_nodes_consistent, host_slots_conserved
-from kvparity.judge.traffic_classes import host_classes
+from kvparity.judge.traffic_classes import abort_classes, host_classes
 from kvparity.model.canary import UNSTAMPED
 from kvparity.model.classes import (
+    TRAFFIC_ABORTS,
     TRAFFIC_HOST_DEMOTED,
     TRAFFIC_HOST_LOAD_BACK,
     TRAFFIC_STATE_LOAD_BACK,
@@ -175,6 +176,28 @@ def test_a_prefix_the_host_evicted_is_fetched_from_storage_and_loaded_back(relea
     assert hits["d"] == 40
     assert run.memory[-1].host.fetched == 40
     assert TRAFFIC_STORAGE_HIT in host_classes(run)
+
+
+def test_a_request_aborted_while_its_prefix_is_fetched_from_storage_gives_its_host_slots_back(release_workers):
+    """The nemesis's abort while prefetching: d's client disconnects in the pass d waits for a's 40
+    tokens to come from storage. SGLang's abort ends the fetch; every host slot it took is free or
+    backs a node again (``_played`` runs the host oracle after every pass), and d is never run."""
+    scenario = dataclasses.replace(storage_scenario(), abort_when=(("d", "prefetching"),))
+    run = _played(release_workers, "0.5.23", scenario)
+    assert [(rid, state) for _, rid, state in run.aborts] == [("d", "prefetching")]
+    assert all("d" not in rec.rids for rec in run.decisions)
+    assert TRAFFIC_ABORTS["prefetching"] in abort_classes(run)
+
+
+def test_a_copy_that_leaves_an_aborted_requests_fetch_running_is_caught_only_under_that_abort(mutant_judged):
+    """``abort-prefetching-keeps-fetch``: d's fetch runs on after d's abort, and what the host keeps
+    afterwards differs from the release's (its nodes and tokens); on the same traffic without the
+    abort, the copy agrees with the release."""
+    judgement, _ = mutant_judged("abort-prefetching-keeps-fetch", storage_scenario())
+    assert judgement.agree, judgement.line()
+    aborted = dataclasses.replace(storage_scenario(), abort_when=(("d", "prefetching"),))
+    judgement, _ = mutant_judged("abort-prefetching-keeps-fetch", aborted)
+    assert not judgement.agree and judgement.kind == "memory", judgement.line()
 
 
 def test_a_late_acknowledgement_keeps_a_load_back_listed(release_workers):

@@ -201,3 +201,24 @@ def test_the_harness_drive_plays_a_sliding_window_model_under_its_window_oracle(
         result = run_scenario(scenario, (("legacy", "torch"),), lane=lane, real_reference=True)
     assert {v.world for v in result.violations} == {f"{mutant.name}@0.5.23/torch"}
     assert "window slots conserved: mapped window slots on a free page" in result.violations[0].line()
+
+
+def test_the_harness_drive_keeps_where_a_requests_window_lock_stops():
+    """SGLang's PrefillAdder keeps where a request's lock stopped locking the window (the node whose
+    tokens reach it: ``swa_uuid_for_lock``), and the release unlocks the window down to there. r13
+    matches r12's 10 tokens (a node of 8 under r11's node of 2, a window of 8): its window lock stops
+    at the node of 8. Kept by the harness's admission too, r13's release leaves r11's window lock
+    alone, and r11 finishes (without it, 0.5.15's SWARadixCache asserted at r11's release:
+    ``dec_lock_ref on node with node.swa_lock_ref=0``, a false alarm of the harness drive)."""
+    from kvparity.engine.real.lane import RealLane
+    from kvparity.model.scenario import Decode, Extend, RequestSpec, Scenario
+    from kvparity.model.worlds import Geometry
+
+    prompt = tuple(range(200000, 200011))
+    scenario = Scenario(Geometry(pool_rows=17, max_context_len=41, kv_slots=800, page_size=2), "radix", (
+        RequestSpec("r11", prompt[:2], max_new_tokens=2), RequestSpec("r12", prompt[:10], max_new_tokens=64),
+        RequestSpec("r13", prompt, arrival=1, max_new_tokens=1)),
+        (Extend(admit=("r11", "r12")), Extend(admit=("r13",)), Decode()))
+    with RealLane(["0.5.15"], ("torch",), tree_core_variants=False, model="swa") as lane:
+        played = lane.play(scenario)
+    assert [isinstance(snapshots, list) for snapshots in played.values()] == [True], played  # no RealFailure

@@ -672,6 +672,11 @@ class RealWorld:
             result = self.tree_cache.inc_lock_ref(req.last_node)
             if hasattr(req, "lock_receipt") and hasattr(result, "to_dec_params"):
                 req.lock_receipt = result.to_dec_params()  # 0.5.20+: the release receipt, as the PrefillAdder keeps it
+            if self.window is not None:
+                # Where the window's lock stopped (the node whose tokens reach the window), as the
+                # PrefillAdder keeps it: an IncLockRefResult's field from 0.5.9, the bare uuid before.
+                # Without it the request's release unlocks the window up to the root (SGLang asserts).
+                req.swa_uuid_for_lock = getattr(result, "swa_uuid_for_lock", result)
 
     @property
     def stash_frees_row(self) -> bool:

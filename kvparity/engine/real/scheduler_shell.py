@@ -548,10 +548,21 @@ def _abort_state(shell: Any, req: Any) -> str:
     if req.finished() or req.rid in shell._kvp_done:
         return "finished"
     if any(r is req for r in shell.waiting_queue):
-        return "retracted" if getattr(req, "is_retracted", False) else "waiting"
+        if getattr(req, "is_retracted", False):
+            return "retracted"
+        return "prefetching" if _prefetching(shell, req) else "waiting"
     if req is shell.chunked_req:
         return "between chunks"
     return "decoding" if req.output_ids else "prefilled"
+
+
+def _prefetching(shell: Any, req: Any) -> bool:
+    """Whether the tree is fetching the request's prefix from storage: its ongoing prefetches are
+    keyed by request id (HiRadixCache, UnifiedRadixCache to 0.5.22) or by the request's cache
+    handle (0.5.23); a tree without a storage tier has none."""
+    ongoing = getattr(shell.tree_cache, "ongoing_prefetch", None) or {}
+    handle = getattr(req, "cache_request_handle", None)
+    return req.rid in ongoing or (handle is not None and handle in ongoing)
 
 
 class _AbortAnswers:
