@@ -501,3 +501,17 @@ def test_each_release_entry_is_the_one_before_plus_its_changes():
     for before, after in zip(ordered, ordered[1:]):
         changed = {k for k, v in vars(after).items() if k != "version" and vars(before)[k] != v}
         assert changed == set(dict(versions.CHANGES)[after.version]), after.version
+
+
+def test_a_real_failure_names_the_step_its_play_marked_last():
+    """A play marks its start (-1) and each step on the worker's stderr: a world that raised at a
+    step is reported there, not "before the first step"; one that raised before its first step
+    (its world's build) is, even where an earlier play's marks come before."""
+    from kvparity.engine.real.lane import _where
+    from kvparity.engine.real.play import STEP_MARK
+
+    def marks(*indices):
+        return "".join(f'{STEP_MARK}{{"index": {i}, "step": "s"}}\nan SGLang log line\n' for i in indices)
+
+    assert _where(marks(-1, 0, 1, 2))[0] == 2
+    assert _where(marks(-1, 0, 1, -1))[0] is None

@@ -69,6 +69,9 @@ class RealFailure:
         return f"{self.world} {self.kind} at {where}{op}: {self.message}"
 
 
+# How much of a worker's stderr is read for the last step mark of a play that raised (SGLang logs
+# between marks; a play marks its start, so a mark this far back is still this play's or none).
+_MARKED_LINES = 400
 _FRAME = re.compile(r'File "([^"]+)", line (\d+) in (\w+)')
 
 
@@ -79,6 +82,7 @@ def _where(stderr: str) -> tuple[int | None, str | None]:
         if line.startswith(STEP_MARK):
             with contextlib.suppress(ValueError):  # a line the crash cut short
                 step = json.loads(line[len(STEP_MARK):])["index"]
+    step = None if step is not None and step < 0 else step  # -1: the play's start, before its first step
     for path, lineno, func in _FRAME.findall(stderr):  # faulthandler: most recent call first
         if "sglang" in path or "triton" in path:
             return step, f"{func} ({Path(path).name}:{lineno})"
@@ -184,8 +188,9 @@ class RealLane:
                 kind = "died" if isinstance(exc, WorkerDied) else "hung"
                 out[name] = RealFailure(name, kind, step, operation, str(exc).splitlines()[0])
                 continue
-            except RemoteError as exc:
-                out[name] = RealFailure(name, "error", None, None, f"{exc.type}: {exc.remote_message}")
+            except RemoteError as exc:  # SGLang raised: at the step the play marked last
+                step, _ = _where(worker.stderr_tail(_MARKED_LINES))
+                out[name] = RealFailure(name, "error", step, None, f"{exc.type}: {exc.remote_message}")
                 continue
             out[name] = [snapshot_from_plain(s) for s in reply["snapshots"]]
             if reply.get("kernels"):

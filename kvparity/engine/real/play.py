@@ -3,8 +3,9 @@
 after every stage, as plain data (``kvparity.engine.snapshot.snapshot_to_plain``).
 
 Loaded with ``RealWorker(source, plugins=("kvparity.engine.real.play",))``. Before each step the worker
-writes ``kvparity-step: {"index": ..., "step": ...}`` (JSON) to its stderr, so that when a real kernel kills the
-process the parent can say at which step and in which operation it died.
+writes ``kvparity-step: {"index": ..., "step": ...}`` (JSON) to its stderr (index -1 before the world is
+built), so that when a real kernel kills the process, or SGLang raises, the parent can say at which step
+and in which operation.
 """
 
 from __future__ import annotations
@@ -41,6 +42,7 @@ def play(ctx: Context, backend: str, scenario: dict[str, Any], stop_before: int 
     started = time.monotonic()
     device = str(runtime.DEVICE)  # the CPU under Triton's interpreter, or the GPU (compiled Triton)
     world = build_real_world(entry, backend, Geometry(**scenario["geometry"]), parsed.cache_kind, device, **(options or {}))
+    _mark(-1, "build")  # this play's first mark: a mark before it is an earlier scenario's
     scheduler = Scheduler(world, parsed)
     snapshots = [snapshot_to_plain(take_snapshot(scheduler, StageRecord(step=-1, kind="start")))]
     for index, step in enumerate(parsed.steps):
