@@ -151,12 +151,14 @@ class HostState:
     fetched: int = 0
     storage_faults: tuple[str, ...] = ()  # the storage calls SGLang's injector failed so far, by name (the nemesis)
     prefetches_cut: int = 0  # prefetches from storage the release's policy ended before every page came
+    backups_refused: int = 0  # backups to the host that found no host room (the release's write returned None)
+    loads_refused: int = 0  # load-backs to the device that found no device room (its load returned None)
 
     def to_plain(self) -> dict[str, Any]:
         return {"slots": self.slots, "free": list(self.free), "available_size": self.available_size,
                 "in_flight": list(self.in_flight), "fetched": self.fetched, "storage_faults": list(self.storage_faults),
-                "prefetches_cut": self.prefetches_cut,
-                "nodes": [node.to_plain() for node in self.nodes]}
+                "prefetches_cut": self.prefetches_cut, "backups_refused": self.backups_refused,
+                "loads_refused": self.loads_refused, "nodes": [node.to_plain() for node in self.nodes]}
 
     @classmethod
     def from_plain(cls, data: dict[str, Any]) -> HostState:
@@ -164,6 +166,7 @@ class HostState:
                    in_flight=tuple(data.get("in_flight", ())), fetched=int(data.get("fetched", 0)),
                    storage_faults=tuple(data.get("storage_faults", ())),
                    prefetches_cut=int(data.get("prefetches_cut", 0)),
+                   backups_refused=int(data.get("backups_refused", 0)), loads_refused=int(data.get("loads_refused", 0)),
                    nodes=tuple(HostNode.from_plain(node) for node in data["nodes"]))
 
     @property
@@ -390,19 +393,31 @@ STORAGE_FAULTS = "kvparity_storage_faults"
 # The prefetches from storage the release's own policy ended before every page came, counted where
 # kvparity runs the storage tier (``host_tier``), kept on the controller under this name.
 PREFETCHES_CUT = "kvparity_prefetches_cut"
+# The controller's backups (device to host) and load-backs (host to device) that found no room and
+# returned None, counted where kvparity builds the tier (``host_tier``), kept on the controller.
+BACKUPS_REFUSED = "kvparity_backups_refused"
+LOADS_REFUSED = "kvparity_loads_refused"
 
 
-def host_state(host_pool: Any, nodes: list[HostNode], in_flight: set[int], fetched: int = 0,
-               storage_faults: tuple[str, ...] = (), prefetches_cut: int = 0) -> HostState:
+def controller_counts(controller: Any) -> dict[str, Any]:
+    """What kvparity counted on a host tier's cache controller (``HostState``'s fields of the same names)."""
+    return {"fetched": int(getattr(controller, FETCHED_TOKENS, 0)),
+            "storage_faults": tuple(getattr(controller, STORAGE_FAULTS, ())),
+            "prefetches_cut": int(getattr(controller, PREFETCHES_CUT, 0)),
+            "backups_refused": int(getattr(controller, BACKUPS_REFUSED, 0)),
+            "loads_refused": int(getattr(controller, LOADS_REFUSED, 0))}
+
+
+def host_state(host_pool: Any, nodes: list[HostNode], in_flight: set[int], **counts: Any) -> HostState:
     """A host tier's pool (the KV's, or a Mamba model's states'): its free slots (the free list and,
     from 0.5.20, the freed chunks not yet merged back into it), the tree's nodes holding host
-    values (``HostNode``s), the slots fetches from storage hold, the tokens fetched so far."""
+    values (``HostNode``s), the slots fetches from storage hold; ``counts``: what kvparity counted on
+    its controller (``controller_counts``: the tokens fetched so far, ...)."""
     released = [_host_copy(t) for t in getattr(host_pool, "release_slots", ()) if t is not None]
     free = torch.cat([_host_copy(host_pool.free_slots), *released]) if released else _host_copy(host_pool.free_slots)
     return HostState(slots=int(host_pool.size), free=tuple(int(s) for s in free.tolist()),
                      nodes=tuple(nodes), available_size=int(host_pool.available_size()),
-                     in_flight=tuple(sorted(in_flight)), fetched=fetched, storage_faults=storage_faults,
-                     prefetches_cut=prefetches_cut)
+                     in_flight=tuple(sorted(in_flight)), **counts)
 
 
 def kv_in_flight(tree: Any) -> set[int]:
@@ -536,9 +551,7 @@ def _world_state(world: Any, radix: bool, reqs: Iterable[Any] = ()) -> dict[str,
             world.req_to_token_pool, world.tree_cache, radix, world.state_slots, world.request_rows, reqs),
         "host": None if getattr(world, "host_pool", None) is None else host_state(
             world.host_pool, world.host_nodes(), kv_in_flight(world.tree_cache),
-            int(getattr(world.tree_cache.cache_controller, FETCHED_TOKENS, 0)),
-            tuple(getattr(world.tree_cache.cache_controller, STORAGE_FAULTS, ())),
-            int(getattr(world.tree_cache.cache_controller, PREFETCHES_CUT, 0))),
+            **controller_counts(world.tree_cache.cache_controller)),
         "state_host": None if getattr(world, "state_host_pool", None) is None else host_state(
             world.state_host_pool, world.state_host_nodes(), state_in_flight(world.tree_cache)),
     }

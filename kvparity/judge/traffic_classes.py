@@ -8,6 +8,7 @@ from kvparity.engine.snapshot import HostState
 from kvparity.engine.traffic_run import TrafficRun
 from kvparity.model.classes import (
     TRAFFIC_ABORTS,
+    TRAFFIC_BACKUP_REFUSED,
     TRAFFIC_BUDGET_STOP,
     TRAFFIC_CHUNK_IN_FLIGHT_FREED,
     TRAFFIC_CHUNKED,
@@ -16,6 +17,7 @@ from kvparity.model.classes import (
     TRAFFIC_HOST_EVICTED,
     TRAFFIC_HOST_LOAD_BACK,
     TRAFFIC_HOST_RETRACTION,
+    TRAFFIC_LOAD_BACK_REFUSED,
     TRAFFIC_OVERLAP_RETRACTION,
     TRAFFIC_PREFETCH_CUT,
     TRAFFIC_PYTHON_CORE,
@@ -123,6 +125,10 @@ def host_classes(result: TrafficRun) -> set[str]:
             found.add(TRAFFIC_STORAGE_FAULT)
         if snap.host.prefetches_cut:
             found.add(TRAFFIC_PREFETCH_CUT)
+        if snap.host.backups_refused:
+            found.add(TRAFFIC_BACKUP_REFUSED)
+        if snap.host.loads_refused:
+            found.add(TRAFFIC_LOAD_BACK_REFUSED)
         before = now
     return found | _state_load_backs(result)
 

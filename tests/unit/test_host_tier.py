@@ -209,6 +209,21 @@ def test_a_late_acknowledgement_keeps_a_load_back_listed(release_workers):
     assert listed[first:first + 3] == [True, True, False]
 
 
+@pytest.mark.parametrize(("release", "loads_refused"), [("0.5.15", 1), ("0.5.23", 0)])
+def test_a_backup_the_host_has_no_room_for_is_counted(release_workers, release, loads_refused):
+    """Write-back to a host of 49 slots: g's eviction needs a backup while a's load-back holds the
+    host, so the backup is refused (HiRadixCache's controller, and UnifiedRadixCache's own check for
+    host room from 0.5.18: counted either way); HiRadixCache also finds no device room for a
+    load-back once (UnifiedRadixCache evicts the device first)."""
+    from kvparity.model.classes import TRAFFIC_BACKUP_REFUSED, TRAFFIC_LOAD_BACK_REFUSED
+
+    run = _played(release_workers, release, write_back_load_back_scenario())
+    host = run.memory[-1].host
+    assert host.backups_refused > 0 and host.loads_refused == loads_refused
+    assert TRAFFIC_BACKUP_REFUSED in host_classes(run)
+    assert (TRAFFIC_LOAD_BACK_REFUSED in host_classes(run)) == bool(loads_refused)
+
+
 def host_eviction_scenario() -> TrafficScenario:
     """``a`` then ``b`` (40 tokens of their own each) through a device of 64 slots and a host of 49:
     b pushes a to the host, then the host, full, evicts a to back b up."""

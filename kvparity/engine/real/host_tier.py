@@ -65,7 +65,14 @@ import torch
 
 from kvparity.engine.real import RealSGLangError
 from kvparity.engine.real.names import lookup
-from kvparity.engine.snapshot import FETCHED_TOKENS, PREFETCHES_CUT, STATE_POOL, STORAGE_FAULTS
+from kvparity.engine.snapshot import (
+    BACKUPS_REFUSED,
+    FETCHED_TOKENS,
+    LOADS_REFUSED,
+    PREFETCHES_CUT,
+    STATE_POOL,
+    STORAGE_FAULTS,
+)
 
 # A HiCache world's KV: float32, head_dim KV_LANES (the canary's lanes, ``LaneStore``, need 7).
 KV_LANES = 8
@@ -385,6 +392,7 @@ def _driven(tree: Any, tier: HostTier, folder: str | None) -> Any:
     # model's state host pool too).
     for pool in [entry.host_pool for entry in getattr(tree.cache_controller.mem_pool_host, "entries", ())] or [host]:
         pool.pin_memory = False
+    _count_refusals(tree)
     if folder is not None:
         weakref.finalize(tree, shutil.rmtree, folder, True)
         _run_storage_inline(tree.cache_controller)
@@ -675,6 +683,29 @@ def _count_prefetches_cut(controller: Any) -> None:
         return out
 
     controller.terminate_prefetch = terminate_prefetch
+
+
+def _count_refusals(tree: Any) -> None:
+    """A backup (device to host) and a load-back (host to device) also count, on the tree's cache
+    controller, the calls that found no room and returned None (``BACKUPS_REFUSED``,
+    ``LOADS_REFUSED``): the host too full for a backup, the device for a load-back. A backup is the
+    controller's ``write``, but from 0.5.18 UnifiedRadixCache's ``_execute_kv_backup``, which
+    looks for host room itself (evicting the host) and gives up before asking its controller."""
+    controller = tree.cache_controller
+    backup = (tree, "_execute_kv_backup") if hasattr(tree, "_execute_kv_backup") else (controller, "write")
+    for (owner, method), counter in ((backup, BACKUPS_REFUSED), ((controller, "load"), LOADS_REFUSED)):
+        setattr(controller, counter, 0)
+        setattr(owner, method, _counting(controller, getattr(owner, method), counter))
+
+
+def _counting(controller: Any, call: Any, counter: str) -> Any:
+    def counted(*args: Any, **kwargs: Any) -> Any:
+        out = call(*args, **kwargs)
+        if out is None:
+            setattr(controller, counter, getattr(controller, counter) + 1)
+        return out
+
+    return counted
 
 
 def _seed_storage_failures(tier: HostTier, controller: Any) -> None:
