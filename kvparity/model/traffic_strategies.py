@@ -106,7 +106,7 @@ def host_tiers(draw: Any, config: ServerConfig, offer: HostOffer = EVERY_HOST_TI
     if not failure:
         return config
     return dataclasses.replace(config, hicache_storage_failure=failure, hicache_storage_seed=draw(st.integers(0, 2**16 - 1)),
-                               hicache_storage_failing=draw(st.sampled_from(("", "batch_get", "batch_get"))))
+                               hicache_storage_failing=draw(st.sampled_from(("batch_get", "", "batch_get"))))
 
 
 def _fillers(draw: Any, config: ServerConfig, fetching: bool = False) -> list[tuple[Arrival, ...]]:

@@ -177,3 +177,22 @@ def test_the_harness_drive_plays_a_mamba_model_and_reads_its_restored_states(tmp
         result = run_scenario(scenario, (("legacy", "torch"),), lane=lane, real_reference=True)
     assert [v.world for v in result.violations] == [f"{mutant.name}@0.5.15/torch"] * len(result.violations)
     assert result.violations and "(state)" in result.violations[0].line(), [v.line() for v in result.violations]
+
+
+def test_the_harness_drive_frees_a_refused_requests_state_on_every_release_that_frees_it():
+    """r5's match copies r4's state into a slot of its own; the harness's adder then refuses r5 (a
+    chunk of 3 tokens past its budget), and, as the scheduler of 0.5.10 on does, frees that slot.
+    0.5.16 to 0.5.18 keep the request's state fields on the request itself (its ``req.kv`` is
+    another record, None while it holds no KV): read from there, r5 is refused cleanly (before, the
+    harness read ``None.mamba_cow_src_index``, a false alarm)."""
+    from kvparity.engine.real.lane import RealLane
+    from kvparity.model.scenario import Extend, RequestSpec, Scenario
+    from kvparity.model.worlds import Geometry
+
+    scenario = Scenario(Geometry(pool_rows=11, max_context_len=35, kv_slots=512, page_size=1, need_sort=True), "radix", (
+        RequestSpec("r4", tuple(range(200000, 200004)), max_new_tokens=2, extra_key="lora-a"),
+        RequestSpec("r5", (200000, 200001, 200002), arrival=1, max_new_tokens=64)),
+        (Extend(admit=("r4",)), Extend(admit=("r5",), chunked_last=True)), chunk_size=3)
+    with RealLane(["0.5.16"], ("torch",), tree_core_variants=False, model="mamba") as lane:
+        played = lane.play(scenario)
+    assert [isinstance(snapshots, list) for snapshots in played.values()] == [True], played  # no RealFailure

@@ -698,7 +698,9 @@ class RealWorld:
         took. Before, the waiting request keeps the slot for its admission."""
         if self.mamba is None or not self.entry.mamba_refusal_frees:
             return
-        kv = getattr(req, "kv", req)  # the state fields are on req.kv from 0.5.19
+        # The state fields are on req.kv from 0.5.19 (0.5.16 to 0.5.18 have a req.kv of their own,
+        # a ReqKvInfo set only while the request holds KV: None here).
+        kv = req.kv if self.entry.req_kv_info else req
         kv.mamba_cow_src_index, kv.mamba_needs_clear = None, False
         if kv.mamba_pool_idx is not None:
             state_allocator(self.req_to_token_pool).free(kv.mamba_pool_idx.unsqueeze(-1))
