@@ -32,8 +32,8 @@ HICACHE_WRITE_POLICIES = ("write_through", "write_back", "write_through_selectiv
 class HostOffer:
     """The host tiers a release's server is driven with: whether its host pool may be smaller than
     the device's (``both``: what two releases compared both take), and whether its storage calls
-    can be failed by SGLang's own failure injector (0.5.23+). Every release from 0.5.3 is driven
-    with every write policy and with the file storage tier."""
+    can be failed (SGLang's own failure injector from 0.5.23, kvparity's faulty backend before).
+    Every release from 0.5.3 is driven with every write policy and with the file storage tier."""
 
     smaller: bool = True
     storage_faults: bool = False
@@ -113,8 +113,8 @@ class ServerConfig:
     # The storage fault mode (the nemesis): SGLang's own failure injector (0.5.23+) fails each
     # storage call with this probability, its generator seeded with ``hicache_storage_seed`` (so a
     # run replays its faults), for the calls whose names start with ``hicache_storage_failing``
-    # ("": every call; "batch_get": the reads of a prefetch). Drawn where both releases have the
-    # injector; one without refuses it.
+    # ("": every call; "batch_get": the reads of a prefetch). A release without the injector gets
+    # kvparity's faulty backend, which fails the same calls alike (``engine.real.faulty_storage``).
     hicache_storage_failure: float = 0.0
     hicache_storage_seed: int = 0
     hicache_storage_failing: str = ""

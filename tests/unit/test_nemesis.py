@@ -115,16 +115,18 @@ def failing_reads(failure: float, seed: int = 0) -> TrafficScenario:
                                     (Arrival("d", A + (5, 6), 2),)))
 
 
-def test_a_failed_storage_read_is_recomputed_around_and_counted_as_a_fault(release_workers):
-    """Every read failing: 0.5.23 finds a's prefix in storage (the hit query passes) but reads
+@pytest.mark.parametrize("release", ["0.5.15", "0.5.23"])
+def test_a_failed_storage_read_is_recomputed_around_and_counted_as_a_fault(release_workers, release):
+    """Every read failing: the release finds a's prefix in storage (the hit query passes) but reads
     nothing back, so d recomputes it (no hit, no read of wrong KV, every slot accounted for); the
-    host snapshot lists the failed read by name, and the run meets the read-fault class."""
+    host snapshot lists the failed read by name, and the run meets the read-fault class. 0.5.23
+    through SGLang's own failure injector, 0.5.15 through kvparity's faulty backend."""
     from kvparity.judge.traffic_classes import host_classes
     from kvparity.model.classes import TRAFFIC_STORAGE_FAULT, TRAFFIC_STORAGE_READ_FAULT
 
     scenario = failing_reads(1.0)
     config, groups = scenario.to_plain()
-    run = TrafficRun.from_plain(release_workers("0.5.23").call("run_traffic", config=config, arrivals=groups))
+    run = TrafficRun.from_plain(release_workers(release).call("run_traffic", config=config, arrivals=groups))
     assert run.error is None and not traffic_problems(scenario, run)
     assert run.memory[-1].host.storage_faults == ("batch_get",) and run.memory[-1].host.fetched == 0
     hits = {rid: hit for rec in run.decisions if rec.mode == "EXTEND" for rid, hit in zip(rec.rids, rec.prefix_lens)}
@@ -246,3 +248,19 @@ def test_a_release_without_the_switch_at_an_interval_refuses_forced_retraction(s
 def test_shrinking_turns_forced_retraction_off_first():
     scenario = TrafficScenario(ServerConfig(forced_retraction=2), (TWO_DECODING,))
     assert next(traffic_candidates(scenario)).config.forced_retraction is None
+
+
+def test_kvparitys_faulty_storage_answers_a_failed_call_as_sglangs_injector_does():
+    """Before 0.5.23 (no injector of SGLang's own), kvparity's proxy fails the calls the world's
+    generator says, answering as the injector would: a batch read of nothing, no page found; the
+    calls it does not fail reach the backend."""
+    from types import SimpleNamespace
+
+    from kvparity.engine.real.faulty_storage import FaultyStorage
+
+    backend = SimpleNamespace(batch_get=lambda keys, dst: [b"page"] * len(keys), batch_exists=lambda keys: len(keys),
+                              clear=lambda: "cleared")
+    failing = FaultyStorage(backend, lambda name: name == "batch_get")
+    assert failing.batch_get(["k1", "k2"], [None, None]) == [None, None]
+    assert failing.batch_exists(["k1", "k2"]) == 2 and failing.clear() == "cleared"
+    assert FaultyStorage(backend, lambda name: True).batch_exists(["k1"]) == 0

@@ -44,6 +44,7 @@ place of the C++ extension SGLang builds at run time.
 from __future__ import annotations
 
 import contextlib
+import functools
 import hashlib
 import importlib
 import importlib.util
@@ -64,6 +65,7 @@ from typing import Any
 import torch
 
 from kvparity.engine.real import RealSGLangError
+from kvparity.engine.real.faulty_storage import FaultyStorage
 from kvparity.engine.real.names import lookup
 from kvparity.engine.snapshot import (
     BACKUPS_REFUSED,
@@ -709,18 +711,30 @@ def _counting(controller: Any, call: Any, counter: str) -> Any:
 
 
 def _seed_storage_failures(tier: HostTier, controller: Any) -> None:
-    """SGLang's injector draws from an unseeded generator per thread: seeded here (every storage
-    call runs on the scheduler's thread), so that a run replays its failures exactly; it draws for
-    the calls the tier's ``storage_failing`` names only, and the storage calls it fails are listed
-    by name on the world's controller (``STORAGE_FAULTS``)."""
+    """SGLang's injector (0.5.23+) draws from an unseeded generator per thread: seeded here (every
+    storage call runs on the scheduler's thread), so that a run replays its failures exactly; it
+    draws for the calls the tier's ``storage_failing`` names only, and the storage calls it fails
+    are listed by name on the world's controller (``STORAGE_FAULTS``). A release without it gets
+    kvparity's faulty backend (``faulty_storage``), drawing from the same generator alike."""
     module, _, name = _INJECTOR.partition(":")
     injector = getattr(importlib.import_module(module), name, None)
-    if injector is None:
-        raise RealSGLangError("hicache_storage_failure: this SGLang has no storage failure injector (0.5.23+)")
     setattr(controller, STORAGE_FAULTS, [])
-    injector._thread_local.random = _FaultGenerator(tier.storage_seed, tier.storage_failing,
-                                                    getattr(controller, STORAGE_FAULTS))
+    generator = _FaultGenerator(tier.storage_seed, tier.storage_failing, getattr(controller, STORAGE_FAULTS))
+    if injector is None:
+        controller.storage_backend = FaultyStorage(controller.storage_backend,
+                                                   functools.partial(_fails, generator, tier.storage_failure))
+        return
+    injector._thread_local.random = generator
     _list_injected_failures(injector)
+
+
+def _fails(generator: _FaultGenerator, probability: float, name: str) -> bool:
+    """A call of ``name`` fails, as the injector draws: one draw for a call the world may fail, and
+    each failure listed by name."""
+    if not name.startswith(generator.calls) or not generator.random() < probability:
+        return False
+    generator.failed.append(name)
+    return True
 
 
 class _FaultGenerator(random.Random):

@@ -176,9 +176,6 @@ class VersionEntry:
     # their own, MambaPoolHost, page-first layout; UnifiedRadixCache.init_hicache): "hicache-mamba"
     # (0.5.16+, where a Mamba model's server builds UnifiedRadixCache).
     host_mamba: bool = False
-    # Whether its storage backend can be wrapped in SGLang's own failure injector
-    # (HiCacheStorageFailureInjector, 0.5.23+): the nemesis's storage faults.
-    storage_failure_injector: bool = False
     # Whether its scheduler takes SGLang's retraction test switch at an interval (SGLANG_TEST_RETRACT
     # with SGLANG_TEST_RETRACT_INTERVAL, read into the scheduler module's TEST_RETRACT and
     # TEST_RETRACT_INTERVAL, 0.5.4+: a decode batch retracts a request every that many forwards,
@@ -193,8 +190,10 @@ class VersionEntry:
 
     @property
     def host_offer(self) -> HostOffer:
-        """The host tiers kvparity drives it with: a host pool smaller than the device's where it takes one."""
-        return HostOffer(smaller=not self.host_pool_larger, storage_faults=self.storage_failure_injector)
+        """The host tiers kvparity drives it with: a host pool smaller than the device's where it takes
+        one; storage faults everywhere (SGLang's own failure injector from 0.5.23, kvparity's faulty
+        backend before: ``host_tier``)."""
+        return HostOffer(smaller=not self.host_pool_larger, storage_faults=True)
 
     def serves(self, cache: str) -> bool:
         """Whether kvparity drives this release serving ``cache`` (a name of ``traffic.CACHES``)."""
@@ -315,7 +314,7 @@ CHANGES: tuple[tuple[str, dict[str, object]], ...] = (
         generation="prefix_len", chunk_cache=None, admission="extend_end", prefix_default="none",
         chunk_prefix="none",
     )),
-    ("0.5.23", dict(storage_failure_injector=True)),
+    ("0.5.23", dict()),
 )
 
 # The state-model generations, each with the releases that define it (docs and refusals name them).
