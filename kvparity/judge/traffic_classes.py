@@ -25,6 +25,7 @@ from kvparity.model.classes import (
     TRAFFIC_REORDERED,
     TRAFFIC_RETRACTED_HIT,
     TRAFFIC_RETRACTION,
+    TRAFFIC_ROWS_FULL,
     TRAFFIC_STATE_EVICTED,
     TRAFFIC_STATE_LOAD_BACK,
     TRAFFIC_STATE_RESTORED,
@@ -69,6 +70,8 @@ def traffic_classes(scenario: TrafficScenario, result: TrafficRun) -> set[str]:
             running_after = admitted - finished - set(rec.waiting)
             if rec.waiting and len(running_after) < scenario.config.max_running_requests:
                 found.add(TRAFFIC_BUDGET_STOP)  # rows were left, a request waited: a token budget stopped it
+            elif rec.waiting:
+                found.add(TRAFFIC_ROWS_FULL)
         finished.update(rec.finished)
     if TRAFFIC_RETRACTION in found and scenario.config.forced_retraction is not None:
         found.add(TRAFFIC_FORCED_RETRACTION)

@@ -112,13 +112,15 @@ TRAFFIC_STORAGE_READ_FAULT = "nemesis: a storage read failed (host tier, SGLang'
 TRAFFIC_STORAGE_FAULT = "nemesis: a storage query or backup failed (host tier, SGLang's failure injector)"
 # A prefetch from storage the release's own policy ended before every page came (best_effort).
 TRAFFIC_PREFETCH_CUT = "nemesis: a prefetch from storage ended before all its pages came (host tier, best_effort)"
+# Exhaustion of the request rows: a request left waiting while every row the server runs is taken.
+TRAFFIC_ROWS_FULL = "nemesis: admission stopped with every request row taken"
 # Exhaustion on the host tier: a backup the host had no room for, a load-back the device had none for.
 TRAFFIC_BACKUP_REFUSED = "nemesis: a backup the host had no room for (host tier)"
 TRAFFIC_LOAD_BACK_REFUSED = "nemesis: a load-back the device had no room for (host tier)"
 # A retraction in a run with SGLang's retraction test switch on (the nemesis's forced retraction, 0.5.4+).
 TRAFFIC_FORCED_RETRACTION = "nemesis: a retraction with SGLang's test switch on (SGLANG_TEST_RETRACT)"
 TRAFFIC_NEMESIS = (*TRAFFIC_ABORTS.values(), TRAFFIC_STORAGE_READ_FAULT, TRAFFIC_STORAGE_FAULT, TRAFFIC_PREFETCH_CUT,
-                   TRAFFIC_BACKUP_REFUSED, TRAFFIC_LOAD_BACK_REFUSED, TRAFFIC_FORCED_RETRACTION)
+                   TRAFFIC_ROWS_FULL, TRAFFIC_BACKUP_REFUSED, TRAFFIC_LOAD_BACK_REFUSED, TRAFFIC_FORCED_RETRACTION)
 
 
 def _ceil(a: int, b: int) -> int:

@@ -15,6 +15,7 @@ from kvparity.model.classes import (
     TRAFFIC_RADIX_HIT_RUNNING,
     TRAFFIC_REORDERED,
     TRAFFIC_RETRACTION,
+    TRAFFIC_ROWS_FULL,
 )
 from kvparity.model.traffic import (
     Arrival,
@@ -195,3 +196,12 @@ def test_a_difference_left_after_undo_changes_is_not_traced_to_a_change_already_
     finally:
         drive.close()
     assert all(change not in undone for changes in tried for change in changes), tried
+
+
+def test_a_request_left_waiting_with_every_row_taken_is_row_exhaustion_not_a_budget_stop():
+    # Two rows: a and b run; c waits though its prompt fits any token budget.
+    scenario = TrafficScenario(ServerConfig(pool_rows=2, max_running_requests=2), (
+        (Arrival("a", (1, 2), 3), Arrival("b", (3, 4), 3), Arrival("c", (5, 6), 3)),))
+    result = run(rec(0, "EXTEND", ["a", "b"], [0, 0], [2, 2], waiting=["c"]), outputs={"a": [7], "b": [8]})
+    found = traffic_classes(scenario, result)
+    assert TRAFFIC_ROWS_FULL in found and TRAFFIC_BUDGET_STOP not in found
