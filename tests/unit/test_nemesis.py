@@ -264,3 +264,22 @@ def test_kvparitys_faulty_storage_answers_a_failed_call_as_sglangs_injector_does
     assert failing.batch_get(["k1", "k2"], [None, None]) == [None, None]
     assert failing.batch_exists(["k1", "k2"]) == 2 and failing.clear() == "cleared"
     assert FaultyStorage(backend, lambda name: True).batch_exists(["k1"]) == 0
+
+
+def test_a_prefetch_whose_read_failed_is_released_twice_before_0_5_6_a_known_defect(release_workers):
+    """0.5.4 releases the host slots of d's failed read twice (sgl-project/sglang#13483): the host
+    oracle finds them free and backing a node at once, and the registry names it; 0.5.6 does not."""
+    from kvparity.engine.real.defects import ORACLE, known_defect
+
+    scenario = failing_reads(1.0)
+    config, groups = scenario.to_plain()
+
+    def problems(release):
+        run = TrafficRun.from_plain(release_workers(release).call("run_traffic", config=config, arrivals=groups))
+        return [p for p in traffic_problems(scenario, run)]
+
+    assert problems("0.5.6") == []
+    twice = problems("0.5.4")
+    assert twice and "host slots in two places at once" in twice[0].line()
+    known = known_defect("0.5.4", scenario.config, f"{ORACLE}: {twice[0].oracle}", twice[0].line())
+    assert known is not None and known.name == "prefetch tail released twice"

@@ -52,6 +52,11 @@ def _window_off_page(config: ServerConfig) -> bool:
     return config.window_at_odds == BETWEEN_PAGES
 
 
+def _storage(config: ServerConfig) -> bool:
+    """A host tier with a storage tier behind it."""
+    return config.hicache_storage
+
+
 def _write_back_to_storage(config: ServerConfig) -> bool:
     """A host tier that backs the device up only on eviction, with a storage tier behind it."""
     return config.hicache_write_policy == "write_back" and config.hicache_storage
@@ -105,6 +110,15 @@ KNOWN_DEFECTS: tuple[KnownDefect, ...] = (
         "sgl-project/sglang#40128 (open: skip the donation on exhaustion); shrunk: 4 requests in one pass, "
         "lpm, state slots the fewest a server runs 4 requests with, acknowledgements 2 passes late; 0.5.16 to "
         "0.5.22 do not raise on it", RAISED, ("Can not alloc mamba cache",), "hicache-mamba"),
+    # Found by the nemesis's storage faults (kvparity's faulty backend), played on every release.
+    KnownDefect(
+        "prefetch tail released twice", "0.5.3", "0.5.5.post3",
+        "a prefetch from storage that ends short of its pages (a read that failed, a policy's early end): the "
+        "controller's _page_transfer releases the host slots past what came, and prefetch_io_aux_func releases "
+        "them again, so they are in the host's free list twice and one is handed out while still listed free",
+        "sgl-project/sglang#13483 (double free in HiCache prefetch); gone from 0.5.6, whose _page_transfer no "
+        "longer releases them; shrunk: every read of d's prefix failing", ORACLE,
+        ("host slots in two places at once",), "hicache", _storage),
     # Found by the nemesis's host-tier tasks (0.5.23 against itself), shrunk, then played on every
     # release with a Mamba model's host tier.
     KnownDefect(
