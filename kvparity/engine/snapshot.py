@@ -423,9 +423,7 @@ def host_state(host_pool: Any, nodes: list[HostNode], in_flight: set[int], **cou
 def kv_in_flight(tree: Any) -> set[int]:
     """The host KV slots fetches from storage hold: each fetch's, and the pages one's transfer
     gives back, not yet released."""
-    fetches = [_fetch_operation(entry) for entry in getattr(tree, "ongoing_prefetch", {}).values()]
-    fetching = {int(s) for fetch in fetches if fetch.host_indices is not None
-                for s in _host_copy(fetch.host_indices).tolist()}
+    fetching = {int(s) for entry in getattr(tree, "ongoing_prefetch", {}).values() for s in _fetch_holds(entry)}
     return fetching | _releasing(getattr(tree.cache_controller, "host_mem_release_queue", None)) | \
         _ended_early(tree.cache_controller)
 
@@ -465,6 +463,18 @@ def _releasing(queue: Any) -> set[int]:
     """The host slots a controller's release queue holds, not yet freed (None: no queue)."""
     pages = list(queue.queue) if queue is not None else []
     return {int(s) for page in pages if page is not None for s in _host_copy(page).tolist()}
+
+
+def _fetch_holds(entry: Any) -> list[int]:
+    """The host slots a fetch the tree still lists holds: all it was given, but where HiRadixCache's
+    transfer ended it (a read that failed: the operation is terminated), what came alone, since its
+    IO thread gives the rest back at once (``prefetch_io_aux_func``) while the tree lists the fetch
+    until the scheduler next checks it."""
+    fetch = _fetch_operation(entry)
+    if fetch.host_indices is None:
+        return []
+    ended = not hasattr(entry, "host_indices") and fetch.is_terminated()
+    return _host_copy(fetch.host_indices[:fetch.completed_tokens] if ended else fetch.host_indices).tolist()
 
 
 def _fetch_operation(entry: Any) -> Any:

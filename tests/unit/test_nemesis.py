@@ -283,3 +283,24 @@ def test_a_prefetch_whose_read_failed_is_released_twice_before_0_5_6_a_known_def
     assert twice and "host slots in two places at once" in twice[0].line()
     known = known_defect("0.5.4", scenario.config, f"{ORACLE}: {twice[0].oracle}", twice[0].line())
     assert known is not None and known.name == "prefetch tail released twice"
+
+
+def test_a_fetch_whose_read_failed_holds_only_what_came_while_hiradix_cache_still_lists_it(release_workers):
+    """0.5.18 (HiRadixCache), shrunk from a nemesis task: f0's KV reaches storage and leaves the
+    host; r3, r4 and r6 each ask storage for its first 4 tokens and every read fails. The transfer
+    gives each fetch's slots back at once, while the tree lists the fetch until the scheduler next
+    checks it: those slots are free, not in flight (before, the host oracle called them freed under
+    a transfer, a false alarm)."""
+    config = ServerConfig(kv_slots=128, hicache_ratio=1.5, hicache_storage=True, hicache_storage_failure=1.0,
+                          hicache_storage_seed=116, hicache_storage_failing="batch_get")
+    stem = tuple(range(200_000, 200_004))
+    own = [(Arrival(f"f{k}", tuple(range(200_000 + 1000 * k, 200_000 + 1000 * k + n)), 1),)
+           for k, n in ((2, 47), (3, 53), (4, 40), (5, 55), (6, 33))]
+    burst = (Arrival("r3", stem + tuple(range(40_000, 40_025)), 38), Arrival("r4", stem + tuple(range(50_000, 50_018)), 47),
+             Arrival("r5", tuple(range(100_000, 100_004)) + tuple(range(60_000, 60_016)), 32),
+             Arrival("r6", stem + tuple(range(70_000, 70_027)), 43))
+    scenario = TrafficScenario(config, ((), (), (), (Arrival("f0", tuple(range(200_000, 200_056)), 1),), (), *own, burst))
+    config_plain, groups = scenario.to_plain()
+    run = TrafficRun.from_plain(release_workers("0.5.18").call("run_traffic", config=config_plain, arrivals=groups))
+    assert run.memory[-1].host.read_faults == 3
+    assert [p.line() for p in traffic_problems(scenario, run)] == []
