@@ -263,7 +263,8 @@ class TrafficScenario:
     # The nemesis's aborts on a state: (rid, state) - the request's client disconnects at the start
     # of the first pass that finds it in that state of its life (a key of ``TRAFFIC_ABORTS``: between
     # chunks, decoding, retracted, ...), if one does. Armed from the request's arrival; one for
-    # ``ANY_REQUEST`` is armed from the start and takes the first request (in arrival order) found so.
+    # ``ANY_REQUEST`` is armed with the last arrivals (the burst, after the warm-up that fills the
+    # tree and the storage) and takes the first request (in arrival order) found so.
     abort_when: tuple[tuple[str, str], ...] = field(default=())
 
     def __post_init__(self) -> None:
@@ -294,13 +295,14 @@ class TrafficScenario:
     def to_plain(self) -> tuple[dict[str, Any], list[list[dict[str, Any]]]]:
         """``run_traffic``'s ``config`` and ``arrivals``: per iteration, the arrivals, then the
         aborts on a state armed there (``{"abort": rid, "when": state}``, at the request's
-        arrival), then the aborts (``{"abort": rid}``)."""
+        arrival; for any request, at the last arrivals), then the aborts (``{"abort": rid}``)."""
         groups: list[list[dict[str, Any]]] = [[] for _ in range(self.iterations)]
         when = dict(self.abort_when)
-        groups[0] += [{"abort": rid, "when": state} for rid, state in self.abort_when if rid == ANY_REQUEST]
+        last = max((i for i, group in enumerate(self.arrivals) if group), default=0)
         for i, group in enumerate(self.arrivals):
             groups[i] += [a.to_plain() for a in group]
             groups[i] += [{"abort": a.rid, "when": when[a.rid]} for a in group if a.rid in when]
+        groups[last] += [{"abort": rid, "when": state} for rid, state in self.abort_when if rid == ANY_REQUEST]
         for i, rids in enumerate(self.aborts):
             groups[i] += [{"abort": rid} for rid in rids]
         return asdict(self.config), groups
