@@ -31,15 +31,14 @@ HICACHE_WRITE_POLICIES = ("write_through", "write_back", "write_through_selectiv
 @dataclass(frozen=True)
 class HostOffer:
     """The host tiers a release's server is driven with: whether its host pool may be smaller than
-    the device's (``both``: what two releases compared both take), and whether its storage calls
-    can be failed (SGLang's own failure injector from 0.5.23, kvparity's faulty backend before).
-    Every release from 0.5.3 is driven with every write policy and with the file storage tier."""
+    the device's (``both``: what two releases compared both take). Every release from 0.5.3 is
+    driven with every write policy and with the file storage tier, whose calls the nemesis can fail
+    (SGLang's own failure injector from 0.5.23, kvparity's faulty backend before)."""
 
     smaller: bool = True
-    storage_faults: bool = False
 
     def both(self, other: HostOffer) -> HostOffer:
-        return HostOffer(self.smaller and other.smaller, self.storage_faults and other.storage_faults)
+        return HostOffer(self.smaller and other.smaller)
 
 
 EVERY_HOST_TIER = HostOffer()  # what a release from 0.5.15 serves

@@ -97,11 +97,11 @@ def host_tiers(draw: Any, config: ServerConfig, offer: HostOffer = EVERY_HOST_TI
         hicache_ratio=draw(st.sampled_from((0.75, 1.5, 2.0) if offer.smaller else (1.5, 2.0))),
         hicache_write_policy=draw(st.sampled_from(HICACHE_WRITE_POLICIES)),
         # With the nemesis's storage faults the simplest draw is a storage tier (to fail).
-        hicache_storage=draw(st.booleans()) != (faults and offer.storage_faults),
+        hicache_storage=draw(st.booleans()) != faults,
         hicache_ack_delay=draw(st.sampled_from((0, 0, 0, 0, 1, 2))))
     if faults and config.hicache_storage:  # the release's own early end of a prefetch: the simplest draw
         config = dataclasses.replace(config, hicache_prefetch_policy=draw(st.sampled_from(PREFETCH_POLICIES[::-1])))
-    if not (faults and offer.storage_faults and config.hicache_storage):
+    if not (faults and config.hicache_storage):
         return config
     failure = draw(st.sampled_from((0.25, 0.5, 1.0, 0.0)))
     if not failure:

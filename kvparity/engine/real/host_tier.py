@@ -592,7 +592,7 @@ def _count_fetches(controller: Any) -> None:
     setattr(controller, FETCHED_TOKENS, 0)
 
     def count(tokens: int) -> None:
-        setattr(controller, FETCHED_TOKENS, getattr(controller, FETCHED_TOKENS) + tokens)
+        _bump(controller, FETCHED_TOKENS, tokens)
 
     if hasattr(controller, "_page_transfer_kv_batch"):
         batch = controller._page_transfer_kv_batch
@@ -681,7 +681,7 @@ def _count_prefetches_cut(controller: Any) -> None:
     def terminate_prefetch(operation: Any, *args: Any, **kwargs: Any) -> Any:
         out = terminate(operation, *args, **kwargs)
         if operation.completed_tokens < len(operation.hash_value) * controller.page_size:
-            setattr(controller, PREFETCHES_CUT, getattr(controller, PREFETCHES_CUT) + 1)
+            _bump(controller, PREFETCHES_CUT)
         return out
 
     controller.terminate_prefetch = terminate_prefetch
@@ -704,10 +704,15 @@ def _counting(controller: Any, call: Any, counter: str) -> Any:
     def counted(*args: Any, **kwargs: Any) -> Any:
         out = call(*args, **kwargs)
         if out is None:
-            setattr(controller, counter, getattr(controller, counter) + 1)
+            _bump(controller, counter)
         return out
 
     return counted
+
+
+def _bump(controller: Any, counter: str, by: int = 1) -> None:
+    """One of kvparity's counts kept on a cache controller (``snapshot.controller_counts`` reads them)."""
+    setattr(controller, counter, getattr(controller, counter) + by)
 
 
 def _seed_storage_failures(tier: HostTier, controller: Any) -> None:

@@ -190,10 +190,8 @@ class VersionEntry:
 
     @property
     def host_offer(self) -> HostOffer:
-        """The host tiers kvparity drives it with: a host pool smaller than the device's where it takes
-        one; storage faults everywhere (SGLang's own failure injector from 0.5.23, kvparity's faulty
-        backend before: ``host_tier``)."""
-        return HostOffer(smaller=not self.host_pool_larger, storage_faults=True)
+        """The host tiers kvparity drives it with: a host pool smaller than the device's where it takes one."""
+        return HostOffer(smaller=not self.host_pool_larger)
 
     def serves(self, cache: str) -> bool:
         """Whether kvparity drives this release serving ``cache`` (a name of ``traffic.CACHES``)."""
