@@ -98,8 +98,12 @@ def window_geometry_classes(scenario: TrafficScenario, window_met: set[str]) -> 
 
 
 def abort_classes(result: TrafficRun) -> set[str]:
-    """The states the nemesis's aborts found their requests in."""
-    return {TRAFFIC_ABORTS[state] for _, _, state in result.aborts if state in TRAFFIC_ABORTS}
+    """The states the nemesis's aborts found their requests in. A request whose prefix is fetched
+    from storage is waiting too (in the queue, with no row): an abort of it counts as both."""
+    states = {state for _, _, state in result.aborts}
+    if "prefetching" in states:
+        states.add("waiting")
+    return {TRAFFIC_ABORTS[state] for state in states if state in TRAFFIC_ABORTS}
 
 
 def host_classes(result: TrafficRun) -> set[str]:

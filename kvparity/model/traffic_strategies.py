@@ -34,11 +34,13 @@ _STEM = 60
 
 @st.composite
 def server_configs(draw: Any, policies: tuple[str, ...] = POLICIES, pressure: bool = False,
-                   chunks_first: bool = False) -> ServerConfig:
-    """``chunks_first``: chunked prefill is the simplest draw (the nemesis's: an abort between chunks)."""
+                   chunks_first: bool = False, long_chunks: bool = False) -> ServerConfig:
+    """``chunks_first``: chunked prefill is the simplest draw (the nemesis's: an abort between
+    chunks). Chunks of 2 to 8 pages; ``long_chunks``: of 16 to 48 tokens (a host tier's storage:
+    SGLang 0.5.23 fetches nothing of a prefix its tree took in chunks of 8 tokens, and does of 16)."""
     page_size = 1 if pressure else draw(st.sampled_from((1, 4)))  # long decodes: cheap at page size 1
     rows = 8 if pressure else draw(st.integers(4, 8))
-    chunk = st.integers(2, 8).map(lambda pages: pages * page_size)
+    chunk = st.integers(4, 12).map(lambda n: n * 4) if long_chunks else st.integers(2, 8).map(lambda n: n * page_size)
     chunked = draw(st.one_of(chunk, st.none()) if chunks_first else st.one_of(st.none(), chunk))
     return ServerConfig(
         schedule_policy=draw(st.sampled_from(policies)),
@@ -88,26 +90,22 @@ def host_tiers(draw: Any, config: ServerConfig, offer: HostOffer = EVERY_HOST_TI
     half the time the file storage tier (where what the host evicted is found again), the host's
     size where the releases' ``offer`` allows; a third of
     the time its transfers are slow (acknowledged one or two iterations late: what they list stays
-    listed across iterations). With the nemesis's ``faults`` (SGLang's failure injector from 0.5.23,
-    kvparity's faulty backend before), three storage tiers in four fail some of their calls (the
-    reads of a prefetch first, else any call: the hit query, a backup; a quarter of them first, so
-    that most fetches still bring something), from a drawn seed."""
+    listed across iterations). With the nemesis's ``faults``, always the storage tier (where its
+    faults are: ``_server_faults``): a host tier's backups refused and loads back from the host
+    happen with it too, and a drawn storage tier came out in 7 of 40 scenarios of some tasks."""
     config = dataclasses.replace(
         config, kv_slots=128 if config.kv_slots < 256 else draw(st.sampled_from((96, 128))),
         hicache_ratio=draw(st.sampled_from((0.75, 1.5, 2.0) if offer.smaller else (1.5, 2.0))),
         hicache_write_policy=draw(st.sampled_from(HICACHE_WRITE_POLICIES)),
-        # With the nemesis's storage faults the simplest draw is a storage tier (to fail).
-        hicache_storage=draw(st.booleans()) != faults,
+        hicache_storage=faults or draw(st.booleans()),
         hicache_ack_delay=draw(st.sampled_from((0, 0, 0, 0, 1, 2))))
-    if faults and config.hicache_storage:  # the release's own early end of a prefetch: the simplest draw
-        config = dataclasses.replace(config, hicache_prefetch_policy=draw(st.sampled_from(PREFETCH_POLICIES[::-1])))
-    if not (faults and config.hicache_storage):
-        return config
-    failure = draw(st.sampled_from((0.25, 0.5, 1.0, 0.0)))
-    if not failure:
-        return config
-    return dataclasses.replace(config, hicache_storage_failure=failure, hicache_storage_seed=draw(st.integers(0, 2**16 - 1)),
-                               hicache_storage_failing=draw(st.sampled_from(("batch_get", ""))))
+    return config
+
+
+# The storage calls the nemesis fails (by the start of their names): the reads of a prefetch first
+# (a failed read), the backups (a failed backup: what the tree wrote is not there to fetch), any
+# call (the hit query too: a prefix not found).
+STORAGE_FAILING = ("batch_get", "batch_set", "")
 
 
 def _fillers(draw: Any, config: ServerConfig, fetching: bool = False) -> list[tuple[Arrival, ...]]:
@@ -143,9 +141,8 @@ def traffic_scenarios(draw: Any, policies: tuple[str, ...] = POLICIES, cache: st
     Python radix-tree core (0.5.21+), the Python one played in about half the scenarios (a host
     tier runs on it always)."""
     pressure = draw(st.sampled_from((False, True, False)))
-    # Chunks first for the nemesis's aborts between them; not with a host tier, whose storage the
-    # nemesis fails: SGLang fetches none of a prefix cached in chunks of 8 tokens (of 32 it does).
-    config = draw(server_configs(policies, pressure, chunks_first=nemesis and cache not in HOST_CACHES))
+    # Chunks first for the nemesis's aborts between them (long enough for a host tier's storage).
+    config = draw(server_configs(policies, pressure, chunks_first=nemesis, long_chunks=nemesis and cache in HOST_CACHES))
     if cache == "swa":
         config = draw(windows(config, window_pages))
     elif cache == "mamba":
@@ -182,12 +179,43 @@ def traffic_scenarios(draw: Any, policies: tuple[str, ...] = POLICIES, cache: st
         outputs = draw(st.integers(32, 48) if pressure else _OUTPUTS_DECODING_FIRST if nemesis else st.integers(1, 6))
         burst.append(Arrival(f"r{i}", base[:cut] + own, outputs))
     arrivals.append(tuple(burst))
-    if nemesis and forced_retraction:
-        config = dataclasses.replace(config, forced_retraction=draw(st.sampled_from(FORCED_RETRACTION_INTERVALS)))
     aborts, when = draw(_aborts(burst, len(arrivals) - 1, config.hicache_storage)) if nemesis else ((), ())
+    if nemesis:
+        config = draw(_server_faults(config, pressure, forced_retraction))
     if two_cores and config.hicache_ratio is None:
         config = dataclasses.replace(config, tree_core=_core_of(arrivals))
     return TrafficScenario(config, tuple(arrivals), aborts, when)
+
+
+@st.composite
+def _server_faults(draw: Any, config: ServerConfig, pressure: bool, forced_retraction: bool) -> ServerConfig:
+    """The nemesis's faults of the server, drawn last (the traffic does not depend on them):
+    Hypothesis plays variations of a task's first few scenarios, varying their last draws most, so
+    that faults drawn with the server would fall alike in most of a task (a drawn choice came out 1
+    in 40). Half the time three request rows (a burst left waiting with every row taken; four under
+    pressure, whose burst of six to eight still runs out of slots); SGLang's forced retraction where
+    the releases have it, every 2 or 3 forwards, half the time; a storage tier's faults
+    (``_storage_faults``)."""
+    if not draw(st.booleans()):
+        rows = 4 if pressure else 3
+        config = dataclasses.replace(config, pool_rows=rows, max_running_requests=rows)
+    if forced_retraction and not draw(st.booleans()):
+        config = dataclasses.replace(config, forced_retraction=draw(st.sampled_from(FORCED_RETRACTION_INTERVALS)))
+    return draw(_storage_faults(config)) if config.hicache_storage else config
+
+
+@st.composite
+def _storage_faults(draw: Any, config: ServerConfig) -> ServerConfig:
+    """A storage tier under the nemesis (SGLang's failure injector from 0.5.23, kvparity's faulty
+    backend before): the release's own early end of a prefetch first (best_effort); in three tiers
+    in four some of the calls ``STORAGE_FAILING`` names fail (half of them first, so that many
+    fetches still bring something), from a drawn seed."""
+    config = dataclasses.replace(config, hicache_prefetch_policy=draw(st.sampled_from(PREFETCH_POLICIES[::-1])))
+    failure = draw(st.sampled_from((0.5, 0.25, 1.0, 0.0)))
+    if not failure:
+        return config
+    return dataclasses.replace(config, hicache_storage_failure=failure, hicache_storage_seed=draw(st.integers(0, 2**16 - 1)),
+                               hicache_storage_failing=draw(st.sampled_from(STORAGE_FAILING)))
 
 
 def _core_of(arrivals: list[tuple[Arrival, ...]]) -> str | None:
@@ -201,8 +229,8 @@ def _core_of(arrivals: list[tuple[Arrival, ...]]) -> str | None:
 # retraction; at 1 a request finishes at its prefill).
 _OUTPUTS_DECODING_FIRST = st.sampled_from((6, 1, 2, 3, 4, 5))
 # The nemesis's forced retraction (SGLang's SGLANG_TEST_RETRACT_INTERVAL): a decode batch retracts a
-# request every 2 or 3 forwards, or never (None), half the time; the fault first, the simplest draw.
-FORCED_RETRACTION_INTERVALS = (2, None, 3, None)
+# request every 2 or 3 forwards (half the time: ``_server_faults``).
+FORCED_RETRACTION_INTERVALS = (2, 3)
 
 
 # How many iterations after its arrival a client aborts a request: 0 while it waits (the abort comes
@@ -232,10 +260,14 @@ def _aborts(draw: Any, burst: list[Arrival], arrival: int, storage: bool = False
         return (), ()
     chosen = draw(st.lists(st.sampled_from([a.rid for a in burst]), min_size=1, max_size=3, unique=True))
     states = STORAGE_ABORT_STATES if storage else ABORT_ON_STATES
-    on_state = {rid: draw(st.sampled_from(states)) for rid in chosen if not draw(st.booleans())}
+    on_state = {rid: draw(st.sampled_from(states)) for rid in chosen if draw(st.booleans())}
     at = {rid: arrival + draw(st.sampled_from(ABORT_DELAYS)) for rid in chosen if rid not in on_state}
     groups: list[tuple[str, ...]] = [() for _ in range(max(at.values(), default=-1) + 1)]
     for rid, i in sorted(at.items(), key=lambda item: item[1]):
         groups[i] += (rid,)
-    anyone = tuple((ANY_REQUEST, state) for state in states if not draw(st.booleans()))
+    # An abort while prefetching, armed for any request, half as often again and not in the
+    # simplest draw: it takes the first fetch from storage, and with it the scenario's fetch (the
+    # reads the nemesis fails or cuts short).
+    anyone = tuple((ANY_REQUEST, state) for state in states
+                   if not draw(st.booleans()) and (state != "prefetching" or draw(st.booleans())))
     return tuple(groups), tuple(on_state.items()) + anyone
