@@ -86,9 +86,10 @@ def add(commands: argparse._SubParsersAction, parser_class: type) -> None:
                           "differ by those changes alone (scheduler-driven, real against real)")
     sub.add_argument("--nemesis", action="store_true", default=None,
                      help="draw client aborts into the traffic scenarios (after a delay, or on a state of the "
-                          "request's life), sent through each release's own Scheduler.abort_request, and storage "
-                          "calls that fail where both releases have SGLang's failure injector (0.5.23+) "
-                          "(scheduler-driven, real against real; issue 48's nemesis)")
+                          "request's life), sent through each release's own Scheduler.abort_request; retraction "
+                          "forced by SGLang's test switch (0.5.4+); fewer request rows than the burst; with a host "
+                          "tier, its storage tier always, whose calls fail (SGLang's failure injector from 0.5.23, "
+                          "kvparity's faulty backend before) (scheduler-driven, real against real; issue 48's nemesis)")
     sub.add_argument("--power", metavar="P%",
                      help="play as many scenarios per task (template, or schedule policy and event loop) as rule out, "
                           "with 95%% probability, any difference reached by more than P%% of them (2%%: 149 a task); "

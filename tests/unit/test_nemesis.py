@@ -304,3 +304,26 @@ def test_a_fetch_whose_read_failed_holds_only_what_came_while_hiradix_cache_stil
     run = TrafficRun.from_plain(release_workers("0.5.18").call("run_traffic", config=config_plain, arrivals=groups))
     assert run.memory[-1].host.read_faults == 3
     assert [p.line() for p in traffic_problems(scenario, run)] == []
+
+
+def test_the_nemesis_draws_a_servers_faults_after_its_traffic():
+    """Hypothesis plays variations of a task's first few scenarios, varying their last draws most,
+    so the nemesis draws the server's faults (its rows, forced retraction, which storage calls fail)
+    after the traffic: one traffic is played under several of them. A host tier under the nemesis
+    always has its storage tier, where those faults are."""
+    from hypothesis import HealthCheck, given, settings
+
+    from kvparity.model.traffic_strategies import traffic_scenarios
+
+    faults: dict[tuple, set] = {}
+
+    @settings(max_examples=60, derandomize=True, database=None, deadline=None, suppress_health_check=list(HealthCheck))
+    @given(traffic_scenarios(cache="hicache", nemesis=True, forced_retraction=True))
+    def collect(scenario: TrafficScenario) -> None:
+        config = scenario.config
+        assert config.hicache_storage
+        faults.setdefault(scenario.arrivals, set()).add(
+            (config.max_running_requests, config.forced_retraction, config.hicache_storage_failing))
+
+    collect()
+    assert max(len(seen) for seen in faults.values()) >= 3
