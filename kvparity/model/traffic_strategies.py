@@ -192,12 +192,13 @@ def _server_faults(draw: Any, config: ServerConfig, pressure: bool, forced_retra
     """The nemesis's faults of the server, drawn last (the traffic does not depend on them):
     Hypothesis plays variations of a task's first few scenarios, varying their last draws most, so
     that faults drawn with the server would fall alike in most of a task (a drawn choice came out 1
-    in 40). Half the time three request rows (a burst left waiting with every row taken; four under
-    pressure, whose burst of six to eight still runs out of slots); SGLang's forced retraction where
+    in 40). Half the time three request rows (a burst left waiting with every row taken; two with a
+    host tier, whose waiting requests fetch from storage; four under pressure, whose burst of six to
+    eight still runs out of slots); SGLang's forced retraction where
     the releases have it, every 2 or 3 forwards, half the time; a storage tier's faults
     (``_storage_faults``)."""
     if not draw(st.booleans()):
-        rows = 4 if pressure else 3
+        rows = 4 if pressure else 2 if config.hicache_ratio is not None else 3
         config = dataclasses.replace(config, pool_rows=rows, max_running_requests=rows)
     if forced_retraction and not draw(st.booleans()):
         config = dataclasses.replace(config, forced_retraction=draw(st.sampled_from(FORCED_RETRACTION_INTERVALS)))
