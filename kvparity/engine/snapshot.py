@@ -466,22 +466,24 @@ def _releasing(queue: Any) -> set[int]:
 
 
 def _fetch_holds(entry: Any) -> list[int]:
-    """The host slots a fetch the tree still lists holds: all it was given, but where HiRadixCache's
-    transfer ended it (a read that failed: the operation is terminated), what came alone, since its
-    IO thread gives the rest back at once (``prefetch_io_aux_func``) while the tree lists the fetch
-    until the scheduler next checks it."""
-    fetch = _fetch_operation(entry)
-    if fetch.host_indices is None:
+    """The host slots a fetch the tree still lists holds: all it was given, but once its transfer
+    ended (a read that failed, or its policy: the operation is terminated) what came alone. The
+    rest is given back by its IO thread at once (``prefetch_io_aux_func``: HiRadixCache, and
+    UnifiedRadixCache to 0.5.18, while the tree lists the fetch until the scheduler next checks
+    it), or held until its last acknowledgement is read (``_ended_early``, UnifiedRadixCache 0.5.19
+    on), or waits in the release queue (``_releasing``)."""
+    slots, operation = _fetch_of(entry)
+    if slots is None:
         return []
-    ended = not hasattr(entry, "host_indices") and fetch.is_terminated()
-    return _host_copy(fetch.host_indices[:fetch.completed_tokens] if ended else fetch.host_indices).tolist()
+    return _host_copy(slots[:operation.completed_tokens] if operation.is_terminated() else slots).tolist()
 
 
-def _fetch_operation(entry: Any) -> Any:
-    """A fetch's transfer: the tree's entry itself (0.5.19+, a named tuple with its host slots), or
-    the last of HiRadixCache's plain tuple (its node, tokens and slots before it), whose slots are
-    those the storage hit kept."""
-    return entry if hasattr(entry, "host_indices") else entry[-1]
+def _fetch_of(entry: Any) -> tuple[Any, Any]:
+    """A fetch's host slots and transfer: UnifiedRadixCache's entry names both (``_OngoingPrefetch``);
+    HiRadixCache's plain tuple ends with the transfer, whose slots are those the storage hit kept."""
+    if hasattr(entry, "operation"):
+        return entry.host_indices, entry.operation
+    return entry[-1].host_indices, entry[-1]
 
 
 def state_allocator(req_to_token_pool: Any) -> Any:

@@ -306,6 +306,24 @@ def test_a_fetch_whose_read_failed_holds_only_what_came_while_hiradix_cache_stil
     assert [p.line() for p in traffic_problems(scenario, run)] == []
 
 
+def test_a_fetch_whose_read_failed_holds_only_what_came_while_unified_radix_cache_still_lists_it(release_workers):
+    """0.5.16, a Mamba model's host tier (UnifiedRadixCache), shrunk from the nemesis's control run:
+    c0's KV reaches storage and leaves the host; r0 asks storage for it and the read fails. The IO
+    thread gives the fetch's slots back, while the tree lists the fetch (``_OngoingPrefetch``) until
+    the scheduler next checks it: those slots are free, not in flight (before, the host oracle found
+    them in two places at once in 12 of 40 scenarios, a false alarm; 0.5.17 shows the same)."""
+    config = ServerConfig(pool_rows=2, kv_slots=96, max_prefill_tokens=4, chunked_prefill_size=16, max_running_requests=2,
+                          mamba_slots=12, hicache_ratio=0.75, hicache_storage=True, hicache_storage_failure=0.5,
+                          hicache_storage_seed=1, hicache_storage_failing="batch_get", hicache_prefetch_policy="best_effort")
+    scenario = TrafficScenario(config, (
+        (Arrival("c0", tuple(range(100_000, 100_053)), 1),), (), (Arrival("f0", tuple(range(200_000, 200_048)), 1),),
+        (), (), (), (Arrival("f4", tuple(range(204_000, 204_019)), 1),), (Arrival("r0", tuple(range(100_000, 100_060)), 6),)))
+    config_plain, groups = scenario.to_plain()
+    run = TrafficRun.from_plain(release_workers("0.5.16").call("run_traffic", config=config_plain, arrivals=groups))
+    assert run.memory[-1].host.read_faults == 1
+    assert [p.line() for p in traffic_problems(scenario, run)] == []
+
+
 def test_the_nemesis_draws_a_servers_faults_after_its_traffic():
     """Hypothesis plays variations of a task's first few scenarios, varying their last draws most,
     so the nemesis draws the server's faults (its rows, forced retraction, which storage calls fail)
