@@ -93,19 +93,12 @@ def host_tiers(draw: Any, config: ServerConfig, offer: HostOffer = EVERY_HOST_TI
     listed across iterations). With the nemesis's ``faults``, always the storage tier (where its
     faults are: ``_server_faults``): a host tier's backups refused and loads back from the host
     happen with it too, and a drawn storage tier came out in 7 of 40 scenarios of some tasks."""
-    config = dataclasses.replace(
+    return dataclasses.replace(
         config, kv_slots=128 if config.kv_slots < 256 else draw(st.sampled_from((96, 128))),
         hicache_ratio=draw(st.sampled_from((0.75, 1.5, 2.0) if offer.smaller else (1.5, 2.0))),
         hicache_write_policy=draw(st.sampled_from(HICACHE_WRITE_POLICIES)),
         hicache_storage=faults or draw(st.booleans()),
         hicache_ack_delay=draw(st.sampled_from((0, 0, 0, 0, 1, 2))))
-    return config
-
-
-# The storage calls the nemesis fails (by the start of their names): the reads of a prefetch first
-# (a failed read), the backups (a failed backup: what the tree wrote is not there to fetch), any
-# call (the hit query too: a prefix not found).
-STORAGE_FAILING = ("batch_get", "batch_set", "")
 
 
 def _fillers(draw: Any, config: ServerConfig, fetching: bool = False) -> list[tuple[Arrival, ...]]:
@@ -194,15 +187,20 @@ def _server_faults(draw: Any, config: ServerConfig, pressure: bool, forced_retra
     that faults drawn with the server would fall alike in most of a task (a drawn choice came out 1
     in 40). Half the time three request rows (a burst left waiting with every row taken; two with a
     host tier, whose waiting requests fetch from storage; four under pressure, whose burst of six to
-    eight still runs out of slots); SGLang's forced retraction where
-    the releases have it, every 2 or 3 forwards, half the time; a storage tier's faults
-    (``_storage_faults``)."""
+    eight still runs out of slots); half the time SGLang's forced retraction where the releases
+    have it, every 2 or 3 forwards; a storage tier's faults (``_storage_faults``)."""
     if not draw(st.booleans()):
         rows = 4 if pressure else 2 if config.hicache_ratio is not None else 3
         config = dataclasses.replace(config, pool_rows=rows, max_running_requests=rows)
     if forced_retraction and not draw(st.booleans()):
         config = dataclasses.replace(config, forced_retraction=draw(st.sampled_from(FORCED_RETRACTION_INTERVALS)))
     return draw(_storage_faults(config)) if config.hicache_storage else config
+
+
+# The storage calls the nemesis fails (by the start of their names): the reads of a prefetch first
+# (a failed read), the backups (a failed backup: what the tree wrote is not there to fetch), any
+# call (the hit query too: a prefix not found).
+STORAGE_FAILING = ("batch_get", "batch_set", "")
 
 
 @st.composite
@@ -252,8 +250,9 @@ def _aborts(draw: Any, burst: list[Arrival], arrival: int, storage: bool = False
     """The nemesis's client aborts (none in a quarter of scenarios): some of the burst's requests,
     each at a drawn delay after the burst's iteration ``arrival`` or, as often, on a drawn state
     of its life (the first pass that finds it there); and, for each state of ``ABORT_ON_STATES``
-    (``STORAGE_ABORT_STATES`` with a ``storage`` tier) half the time, the first request of any
-    found in it (``ANY_REQUEST``: a retraction or a chunk, wherever it falls). Returns
+    (``STORAGE_ABORT_STATES`` with a ``storage`` tier) half the time (``prefetching`` a quarter),
+    the first request of any found in it (``ANY_REQUEST``: a retraction or a chunk, wherever it
+    falls). Returns
     (``aborts``, ``abort_when``)."""
     # Each choice's simplest draw (the first, the smallest, False) is the fault: Hypothesis draws
     # simplest first, and a derandomized task of 40 draws many such.
