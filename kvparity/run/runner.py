@@ -12,7 +12,15 @@ from kvparity.engine.snapshot import Snapshot, take_snapshot
 from kvparity.engine.world import build_world
 from kvparity.judge.compare import RENUMBERED_BETWEEN_RELEASES, Difference, compare, known_between
 from kvparity.judge.memory import hybrid_difference
-from kvparity.judge.oracles import STALE_ROW_DEFECT, Violation, check_stage, stale_row_defects, violations
+from kvparity.judge.oracles import (
+    FAILED_DECODE_KEEPS_PAGE,
+    STALE_ROW_DEFECT,
+    Violation,
+    check_stage,
+    pages_a_failed_decode_kept,
+    stale_row_defects,
+    violations,
+)
 from kvparity.judge.order import order_classes
 from kvparity.judge.renumber import DIVERGENT, renumbering_verdict
 from kvparity.kernels import runtime
@@ -107,7 +115,7 @@ class Lockstep:
                     problems = check_stage(self.result.scenario, self.last[name], snap)
                     self.result.violations += violations(name, problems)
                 if name == self.names[0]:
-                    self._upstream_defects(name, snap)
+                    self._upstream_defects(name, self.last[name], snap)
                 self.last[name] = snap
                 stages[name].append(snap)
         reference = stages[self.names[0]]
@@ -124,11 +132,15 @@ class Lockstep:
         self._compare([{n: stages[n][i] for n in self.names} for i in range(len(reference))])
         return records
 
-    def _upstream_defects(self, name: str, snap: Snapshot) -> None:
+    def _upstream_defects(self, name: str, before: Snapshot, snap: Snapshot) -> None:
         """Known SGLang defects every world shares (the reference's are reported, once)."""
+        where = f"step {snap.record.step} {snap.record.kind}"
         for line in stale_row_defects(self.result.scenario, snap):
-            where = f"step {snap.record.step} {snap.record.kind}"
             self.result.findings.append(Difference(name, name, where, line, known_defect=STALE_ROW_DEFECT))
+        kept = pages_a_failed_decode_kept(self.result.scenario.geometry, before, snap)
+        if kept:
+            line = f"pages {sorted(kept)} taken by the decode that ran out of window pages (the server stops here)"
+            self.result.findings.append(Difference(name, name, where, line, known_defect=FAILED_DECODE_KEEPS_PAGE))
 
     def _compare(self, per_stage: list[dict[str, Snapshot]]) -> None:
         for snaps in per_stage:
@@ -198,8 +210,8 @@ def compare_real(lockstep: Lockstep, lane: Any, *, oracles: bool, real_reference
         if not isinstance(ref, list):
             result.divergences.append(Difference(str(ref_id), str(ref_id), REAL_FAILED, ref.line()))
             return None
-        for snap in ref:
-            lockstep._upstream_defects(str(ref_id), snap)
+        for before, snap in zip(ref, ref[1:]):  # the first is the start, before any stage
+            lockstep._upstream_defects(str(ref_id), before, snap)
     else:
         result.worlds = result.worlds + tuple(lane.names)
         ref_id = lockstep.ids[0]

@@ -7,12 +7,14 @@ from __future__ import annotations
 
 import pytest
 
+from kvparity.engine.snapshot import WindowState
 from kvparity.judge.oracles import (
     cached_row_names_prefix,
     check_stage,
     extend_lens_positive,
     last_loc_matches_prefix,
     logprob_start_respected,
+    pages_a_failed_decode_kept,
     rows_hold_prefix_then_new_slots,
     stale_row_defects,
 )
@@ -20,10 +22,12 @@ from kvparity.judge.oracles import (
 from judge_cases import (
     START,
     cache_unfinished,
+    changed,
     extend,
     logprob,
     note,
     observed,
+    out_of_memory,
     scenario,
     snap,
     stage,
@@ -81,6 +85,23 @@ def test_check_stage_checks_conservation_after_every_stage():
                                                requests=AFTER.requests)) == []
     lost = snap(stage("evict", 2), rows={0: [1, 2, 3]}, free=[4, 5, 6, 7], requests=AFTER.requests)
     assert check_stage(scenario(), AFTER, lost) == ["step 2 evict: 4 free + 3 held pages != 8 (leak or double count)"]
+
+
+def test_a_window_models_decode_that_ran_out_keeps_its_full_page_as_a_named_hazard_not_a_leak():
+    """SGLang's window allocator takes the full page before it finds no window page, and keeps it
+    when the decode fails (the server stops there). After such a decode, one page per request that
+    was free and is now neither free nor held is the failed decode's; with no window, or after a
+    decode that succeeded, the same page is a leak."""
+    window = WindowState(slots=3, page_size=1, mapped=((1, 1), (2, 2), (3, 3)), free=(), available_size=0)
+    failed = out_of_memory("decode", step=1, seq_lens=(4,), extend_lens=())
+    kept = snap(failed, rows={0: [1, 2, 3]}, free=[5, 6, 7, 8], requests=AFTER.requests, window=window)
+    assert check_stage(scenario(), changed(AFTER, window=window), kept) == []
+    assert pages_a_failed_decode_kept(scenario().geometry, changed(AFTER, window=window), kept) == {4}
+    leak = "4 free + 3 held pages != 8 (leak or double count)"
+    assert check_stage(scenario(), AFTER, changed(kept, window=None)) == [f"step 1 decode: {leak}"]
+    two = snap(failed, rows={0: [1, 2, 3]}, free=[6, 7, 8], requests=AFTER.requests, window=window)
+    assert check_stage(scenario(), changed(AFTER, window=window), two) == [
+        "step 1 decode: 3 free + 3 held pages != 8 (leak or double count)"]  # one request asks for one page
 
 
 # ---- rows_hold_prefix_then_new_slots -----------------------------------------------------------
