@@ -105,6 +105,7 @@ TRAFFIC_HOST = (TRAFFIC_HOST_DEMOTED, TRAFFIC_HOST_LOAD_BACK, TRAFFIC_HOST_EVICT
 TRAFFIC_ABORTS = {state: f"nemesis: a request aborted {words}" for state, words in (
     ("waiting", "while waiting"), ("prefetching", "while its prefix is fetched from storage (host tier)"),
     ("between chunks", "between chunks of its prefill"),
+    ("loading back", "while its prefix is loaded back from the host (host tier)"),
     ("prefilled", "right after its prefill"), ("decoding", "while decoding"), ("retracted", "after its retraction"))}
 # Storage calls SGLang's own failure injector failed (the host tier's storage, 0.5.23+): a read of
 # pages a prefetch asked for, or another call (the hit query, a backup).

@@ -172,7 +172,8 @@ def traffic_scenarios(draw: Any, policies: tuple[str, ...] = POLICIES, cache: st
         outputs = draw(st.integers(32, 48) if pressure else _OUTPUTS_DECODING_FIRST if nemesis else st.integers(1, 6))
         burst.append(Arrival(f"r{i}", base[:cut] + own, outputs))
     arrivals.append(tuple(burst))
-    aborts, when = draw(_aborts(burst, len(arrivals) - 1, config.hicache_storage)) if nemesis else ((), ())
+    aborts, when = draw(_aborts(burst, len(arrivals) - 1, config.hicache_ratio is not None,
+                                             config.hicache_storage)) if nemesis else ((), ())
     if nemesis:
         config = draw(_server_faults(config, pressure, forced_retraction))
     if two_cores and config.hicache_ratio is None:
@@ -188,13 +189,21 @@ def _server_faults(draw: Any, config: ServerConfig, pressure: bool, forced_retra
     in 40). Half the time three request rows (a burst left waiting with every row taken; two with a
     host tier, whose waiting requests fetch from storage; four under pressure, whose burst of six to
     eight still runs out of slots); half the time SGLang's forced retraction where the releases
-    have it, every 2 or 3 forwards; a storage tier's faults (``_storage_faults``)."""
+    have it, every 2 or 3 forwards; with a host tier, half the time its transfers acknowledged late
+    (``LATE_ACKNOWLEDGEMENTS``); a storage tier's faults (``_storage_faults``)."""
     if not draw(st.booleans()):
         rows = 4 if pressure else 2 if config.hicache_ratio is not None else 3
         config = dataclasses.replace(config, pool_rows=rows, max_running_requests=rows)
     if forced_retraction and not draw(st.booleans()):
         config = dataclasses.replace(config, forced_retraction=draw(st.sampled_from(FORCED_RETRACTION_INTERVALS)))
+    if config.hicache_ratio is not None and not draw(st.booleans()):
+        config = dataclasses.replace(config, hicache_ack_delay=draw(st.sampled_from(LATE_ACKNOWLEDGEMENTS)))
     return draw(_storage_faults(config)) if config.hicache_storage else config
+
+
+# How many passes late a host tier's transfers are acknowledged under the nemesis (half the time):
+# a load-back still listed when the next pass's aborts come, a backup still locking its node.
+LATE_ACKNOWLEDGEMENTS = (2, 1)
 
 
 # The storage calls the nemesis fails (by the start of their names): the reads of a prefetch first
@@ -240,17 +249,21 @@ ABORT_DELAYS = (0, 1, 2, 3, 5, 8, 13, 21)
 
 # The states an abort waits for (``TrafficScenario.abort_when``): those a drawn delay rarely meets.
 ABORT_ON_STATES = ("between chunks", "retracted", "decoding", "prefilled")
-# With a storage tier, one more: a waiting request whose prefix the tree is fetching from storage.
-STORAGE_ABORT_STATES = (*ABORT_ON_STATES, "prefetching")
+# With a host tier, a held request whose prefix the tree is loading back from the host; with a
+# storage tier too (the nemesis's host tiers always have one), a waiting request whose prefix the
+# tree is fetching from storage.
+HOST_ABORT_STATES = (*ABORT_ON_STATES, "loading back")
+STORAGE_ABORT_STATES = (*HOST_ABORT_STATES, "prefetching")
 
 
 @st.composite
-def _aborts(draw: Any, burst: list[Arrival], arrival: int, storage: bool = False
+def _aborts(draw: Any, burst: list[Arrival], arrival: int, host: bool = False, storage: bool = False
             ) -> tuple[tuple[tuple[str, ...], ...], tuple[tuple[str, str], ...]]:
     """The nemesis's client aborts (none in a quarter of scenarios): some of the burst's requests,
     each at a drawn delay after the burst's iteration ``arrival`` or, as often, on a drawn state
     of its life (the first pass that finds it there); and, for each state of ``ABORT_ON_STATES``
-    (``STORAGE_ABORT_STATES`` with a ``storage`` tier) half the time (``prefetching`` a quarter),
+    (``HOST_ABORT_STATES`` with a ``host`` tier, ``STORAGE_ABORT_STATES`` with its ``storage``
+    tier) half the time (``prefetching`` a quarter),
     the first request of any found in it (``ANY_REQUEST``: a retraction or a chunk, wherever it
     falls). Returns
     (``aborts``, ``abort_when``)."""
@@ -259,7 +272,7 @@ def _aborts(draw: Any, burst: list[Arrival], arrival: int, storage: bool = False
     if not burst or draw(st.integers(0, 3)) == 3:
         return (), ()
     chosen = draw(st.lists(st.sampled_from([a.rid for a in burst]), min_size=1, max_size=3, unique=True))
-    states = STORAGE_ABORT_STATES if storage else ABORT_ON_STATES
+    states = STORAGE_ABORT_STATES if storage else HOST_ABORT_STATES if host else ABORT_ON_STATES
     on_state = {rid: draw(st.sampled_from(states)) for rid in chosen if draw(st.booleans())}
     at = {rid: arrival + draw(st.sampled_from(ABORT_DELAYS)) for rid in chosen if rid not in on_state}
     groups: list[tuple[str, ...]] = [() for _ in range(max(at.values(), default=-1) + 1)]

@@ -26,14 +26,15 @@ class DriveSpec(Protocol):
     def build(self) -> Drive: ...
 
 
-def shards(name: str, key: tuple[Any, ...], examples: int, seed: int | None, index: int) -> list[Task]:
-    """A task of ``examples`` scenarios, as shards of at most ``SHARD_SIZE``: a task played whole
+def shards(name: str, key: tuple[Any, ...], examples: int, seed: int | None, index: int,
+           size: int = SHARD_SIZE) -> list[Task]:
+    """A task of ``examples`` scenarios, as shards of at most ``size``: a task played whole
     keeps the run's seed (None: derandomized, as always); its shards each take a seed of their own,
     derived from the run's seed (0 when derandomized) and the task's ``index``."""
-    if examples <= SHARD_SIZE:
+    if examples <= size:
         return [Task(name, key, examples, seed)]
-    count = -(-examples // SHARD_SIZE)
-    return [Task(name, key, min(SHARD_SIZE, examples - shard * SHARD_SIZE),
+    count = -(-examples // size)
+    return [Task(name, key, min(size, examples - shard * size),
                  ((seed or 0) * 1_000_003 + index * 10_007 + shard) % (1 << 32), shard) for shard in range(count)]
 
 

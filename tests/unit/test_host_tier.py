@@ -151,7 +151,7 @@ def storage_scenario() -> TrafficScenario:
                                     (Arrival("d", A + (5, 6), 2),)))
 
 
-def write_back_load_back_scenario() -> TrafficScenario:
+def write_back_load_back_scenario(d_outputs: int = 2) -> TrafficScenario:
     """Write-back, a device of 64 slots, a host of 49: ``a`` (40 tokens) reaches the host when
     ``g`` evicts it (beside ``f``, 20 each). ``d`` (a's prompt and two more) and ``h`` (20 of its
     own) arrive together: d's load-back of a makes room by dropping f (the host has none for it),
@@ -161,7 +161,7 @@ def write_back_load_back_scenario() -> TrafficScenario:
                           hicache_write_policy="write_back", hicache_ack_delay=2)
     own = [tuple(range(k, k + 20)) for k in (2000, 3000, 5000)]
     return TrafficScenario(config, ((Arrival("a", A, 1),), (), (Arrival("f", own[0], 1),), (), (Arrival("g", own[1], 1),),
-                                    (), (Arrival("d", A + (5, 6), 2), Arrival("h", own[2], 2))))
+                                    (), (Arrival("d", A + (5, 6), d_outputs), Arrival("h", own[2], 2))))
 
 
 @pytest.mark.parametrize("release", ["0.5.19", "0.5.23"])
@@ -187,6 +187,21 @@ def test_a_request_aborted_while_its_prefix_is_fetched_from_storage_gives_its_ho
     assert [(rid, state) for _, rid, state in run.aborts] == [("d", "prefetching")]
     assert all("d" not in rec.rids for rec in run.decisions)
     assert {TRAFFIC_ABORTS["prefetching"], TRAFFIC_ABORTS["waiting"]} <= abort_classes(run)  # waiting, too
+
+
+@pytest.mark.parametrize("release", ["0.5.15", "0.5.23"])
+def test_a_request_aborted_while_its_prefix_is_loaded_back_from_the_host_leaves_nothing_held(release_workers,
+                                                                                          release):
+    """The nemesis's abort while loading back: d's admission loads a's 40 tokens back from the host
+    (HiRadixCache, UnifiedRadixCache), acknowledged two passes late, and d's client disconnects in
+    the next pass, the load still listed. SGLang's abort finishes d after that pass's decode (of 8
+    outputs, it would decode 7 times); every device, host and row slot is free, in the tree or held
+    once after every pass (``_played``)."""
+    scenario = dataclasses.replace(write_back_load_back_scenario(d_outputs=8), abort_when=(("d", "loading back"),))
+    run = _played(release_workers, release, scenario)
+    assert [(rid, state) for _, rid, state in run.aborts] == [("d", "loading back")]
+    assert abort_classes(run) == {TRAFFIC_ABORTS["loading back"]}
+    assert [str(rec.mode) for rec in run.decisions if "d" in rec.rids] == ["EXTEND", "DECODE"]
 
 
 def test_a_copy_that_leaves_an_aborted_requests_fetch_running_is_caught_only_under_that_abort(mutant_judged):
@@ -222,6 +237,26 @@ def test_a_backup_the_host_has_no_room_for_is_counted(release_workers, release, 
     assert host.backups_refused > 0 and host.loads_refused == loads_refused
     assert TRAFFIC_BACKUP_REFUSED in host_classes(run)
     assert (TRAFFIC_LOAD_BACK_REFUSED in host_classes(run)) == bool(loads_refused)
+
+
+@pytest.mark.parametrize("release", ["0.5.15", "0.5.23"])
+def test_a_request_left_waiting_for_device_room_while_its_prefix_waits_on_the_host_is_a_refused_load_back(
+        release_workers, release):
+    """f (40 tokens, 16 outputs) pushes a's 40 tokens to the host and holds the device while it
+    decodes; d (a's prompt and two more) arrives then: its load-back, extend and outputs do not fit
+    beside f, so the PrefillAdder leaves it waiting (from 0.5.21 its budget counts the host hit
+    before any load starts), and d runs on a 40-token hit once f is done."""
+    from kvparity.model.classes import TRAFFIC_LOAD_BACK_REFUSED
+
+    config = ServerConfig(pool_rows=4, max_running_requests=4, kv_slots=64, hicache_ratio=2.0)
+    scenario = TrafficScenario(config, ((Arrival("a", A, 1),), (), (Arrival("f", tuple(range(2000, 2040)), 16),),
+                                        (), (Arrival("d", A + (5, 6), 4),)))
+    run = _played(release_workers, release, scenario)
+    refused = [snap.host.loads_refused for snap in run.memory]
+    assert refused[3:5] == [0, 1]  # the pass d arrives in
+    assert TRAFFIC_LOAD_BACK_REFUSED in host_classes(run)
+    admitted = [(rec.rids, rec.prefix_lens) for rec in run.decisions if str(rec.mode) == "EXTEND"]
+    assert admitted[-1] == (("d",), (40,)) and [rec.rids for rec in run.decisions].index(("d",)) > 16
 
 
 def host_eviction_scenario() -> TrafficScenario:
@@ -298,6 +333,38 @@ def test_write_back_eviction_behind_storage_backups_raises_out_of_memory_a_known
     known = known_defect("0.5.23", scenario.config, RAISED, run.error.message)
     assert known is not None and known.name == "write-back eviction stopped by storage backups"
     _played(release_workers, "0.5.23", write_back_storage_scenario(2.0))  # a host of 192: room enough, none
+
+
+def full_attention_write_back_storage_scenario(**change: object) -> TrafficScenario:
+    """A full-attention model's host tier, write_back, with storage, acknowledgements a pass late,
+    the overlap loop (shrunk from a nemesis task of 0.5.23): three prompts of their own fill the
+    device and the small host; r0 and r3 then hit f0's and c0's prefixes."""
+    config = ServerConfig(schedule_policy="lpm", page_size=4, pool_rows=2, kv_slots=96, max_prefill_tokens=17,
+                          chunked_prefill_size=28, max_running_requests=2, schedule_conservativeness=0.3, loop="overlap",
+                          hicache_ratio=0.75, hicache_write_policy="write_back", hicache_storage=True, hicache_ack_delay=1)
+    own = [(Arrival(f"f{k}", tuple(range(200000 + 1000 * k, 200000 + 1000 * k + n)), 1),) for k, n in ((0, 37), (1, 48))]
+    return TrafficScenario(dataclasses.replace(config, **change), (
+        (Arrival("c0", tuple(range(100000, 100030)), 1),), (), (), (), *own, (), (),
+        (Arrival("f4", tuple(range(204000, 204046)), 1),),
+        (Arrival("r0", tuple(range(200000, 200006)) + tuple(range(10000, 10009)), 1),
+         Arrival("r3", tuple(range(100000, 100029)) + tuple(range(40000, 40009)), 4))))
+
+
+def test_write_back_eviction_behind_storage_backups_raises_on_a_full_attention_host_tier_too(release_workers):
+    """The same defect without a Mamba model (0.5.22, 0.5.23): Prefill out of memory with 52 tokens
+    counted evictable; the same traffic with storage off or a host of 192 runs to its end."""
+    from kvparity.engine.real.defects import RAISED, known_defect
+    from kvparity.engine.traffic_run import TrafficRun
+
+    scenario = full_attention_write_back_storage_scenario()
+    config, arrivals = scenario.to_plain()
+    run = TrafficRun.from_plain(release_workers("0.5.23").call("run_traffic", config=config, arrivals=arrivals))
+    assert run.error is not None and "full_available_size=12 + full_evictable_size_=52" in run.error.message
+    known = known_defect("0.5.23", scenario.config, RAISED, run.error.message)
+    assert known is not None and known.name == "write-back eviction stopped by storage backups"
+    assert known_defect("0.5.21", scenario.config, RAISED, run.error.message) is None
+    _played(release_workers, "0.5.23", full_attention_write_back_storage_scenario(hicache_storage=False))
+    _played(release_workers, "0.5.23", full_attention_write_back_storage_scenario(hicache_ratio=2.0))
 
 
 def test_a_host_tier_serves_full_attention_or_a_mamba_model_and_names_what_it_refuses(release_workers):

@@ -133,6 +133,17 @@ KNOWN_DEFECTS: tuple[KnownDefect, ...] = (
         "slots, a host of 73, 3 requests over 2 passes (with a host of 192: none); the host lock is released "
         "on the scheduler's thread only, so no storage speed avoids it", RAISED,
         ("Out of memory", "full_evictable_size_="), "hicache-mamba", _write_back_to_storage),
+    # Found by the nemesis's host-tier tasks played in shards (0.5.23 against itself, lpm, the
+    # overlap loop), then played on the releases installed beside it.
+    KnownDefect(
+        "write-back eviction stopped by storage backups", "0.5.22", "0.5.23",
+        "the same on a full-attention model's host tier (UnifiedRadixCache): write_back with storage and a small "
+        "host, the admission counts evictable tokens the eviction then cannot free, and alloc_paged_token_slots_extend "
+        "raises Prefill out of memory (the server dies)",
+        "shrunk: a device of 96 slots in pages of 4, a host of 72, 6 requests over 10 passes, the overlap loop; the "
+        "same traffic raises nothing with storage off, write_through, a host of 192 or the normal loop; 0.5.21 and "
+        "0.5.15 do not raise on it; not traced further than these conditions, which are the Mamba model's", RAISED,
+        ("out of memory", "full_evictable_size_="), "hicache", _write_back_to_storage),
 )
 
 

@@ -692,12 +692,55 @@ def _count_refusals(tree: Any) -> None:
     controller, the calls that found no room and returned None (``BACKUPS_REFUSED``,
     ``LOADS_REFUSED``): the host too full for a backup, the device for a load-back. A backup is the
     controller's ``write``, but from 0.5.18 UnifiedRadixCache's ``_execute_kv_backup``, which
-    looks for host room itself (evicting the host) and gives up before asking its controller."""
+    looks for host room itself (evicting the host) and gives up before asking its controller; its
+    load-back likewise (``_count_unified_load_refusals``)."""
     controller = tree.cache_controller
     backup = (tree, "_execute_kv_backup") if hasattr(tree, "_execute_kv_backup") else (controller, "write")
+    unified = hasattr(getattr(tree, "tree_core", None), "build_load_back_spec")
     for (owner, method), counter in ((backup, BACKUPS_REFUSED), ((controller, "load"), LOADS_REFUSED)):
         setattr(controller, counter, 0)
-        setattr(owner, method, _counting(controller, getattr(owner, method), counter))
+        if not (unified and counter == LOADS_REFUSED):
+            setattr(owner, method, _counting(controller, getattr(owner, method), counter))
+    if unified:
+        _count_unified_load_refusals(tree)
+
+
+def _count_unified_load_refusals(tree: Any) -> None:
+    """UnifiedRadixCache's ``load_back`` checks the request's quota and the device's room (after
+    evicting) itself and returns False before asking its controller, as it does for a load too
+    small to be worth it (under ``load_back_threshold``) or one another load-back pins (an empty
+    spec). Only a load its tree core's spec wanted counts as refused, whichever check said no (its
+    controller's ``load`` finding no room included)."""
+    core, wanted = tree.tree_core, [False]
+    build = core.build_load_back_spec
+
+    def spec(*args: Any, **kwargs: Any) -> Any:
+        kv, components = out = build(*args, **kwargs)
+        wanted[0] = len(kv.host_indices) >= max(1, getattr(tree, "load_back_threshold", 1)) or bool(components)
+        return out
+
+    core.build_load_back_spec = spec
+    load_back = tree.load_back
+
+    def counted(*args: Any, **kwargs: Any) -> Any:
+        wanted[0] = False
+        loaded = load_back(*args, **kwargs)
+        if not loaded and wanted[0]:
+            _bump(tree.cache_controller, LOADS_REFUSED)
+        return loaded
+
+    tree.load_back = counted
+
+
+def count_refused_load(tree: Any) -> None:
+    """A request whose prefix waits on the host that the PrefillAdder leaves waiting for want of
+    device room (``NO_TOKEN``), its load-back never started: counted with the tree's refused loads
+    (``LOADS_REFUSED``). From 0.5.21 the adder's budget counts the host hit before any load starts,
+    so the tree's own checks never fail there and this is SGLang's only refusal of a load-back.
+    Nothing for a tree without a host tier."""
+    controller = getattr(tree, "cache_controller", None)
+    if controller is not None and hasattr(controller, LOADS_REFUSED):
+        _bump(controller, LOADS_REFUSED)
 
 
 def _counting(controller: Any, call: Any, counter: str) -> Any:

@@ -70,7 +70,7 @@ from kvparity.engine.iteration_recorder import (
 )
 from kvparity.engine.real import RealSGLangError
 from kvparity.engine.real.adapter import VOCAB_SIZE, _dotted
-from kvparity.engine.real.host_tier import HostTier
+from kvparity.engine.real.host_tier import HostTier, count_refused_load
 from kvparity.engine.real.hybrid_pools import run_deferred_state_work
 from kvparity.engine.real.shell_adapters import Knobs, ShellAdapter, adapter_for
 from kvparity.engine.real.standins import StandIn
@@ -492,7 +492,7 @@ def _build(ctx: Context, adapter: ShellAdapter, config: dict[str, Any], arrivals
         _kvp_world=world, _kvp_running=None, _kvp_launch=None, _kvp_out_cache_loc=None, _kvp_iter_launch=None,
         _kvp_iter_out=None, _kvp_adder=(), _kvp_memory=[], _kvp_pass_open=False, _kvp_flights=deque(), _kvp_stalled=0,
         _kvp_findings=[], _kvp_fault=fault, _kvp_loop=knobs.loop, _kvp_knobs=knobs, _kvp_aborts=[], _kvp_armed=[],
-        _kvp_dropped=set(),
+        _kvp_dropped=set(), _kvp_loading={},
         _kvp_recorder=IterationRecorder(world, radix=world.cache_kind == "radix", kv_slots=knobs.kv_slots,
                                         page_size=knobs.page_size, width=width),
     )
@@ -518,7 +518,11 @@ def _set_test_retract(mod: Any, entry: VersionEntry, interval: int | None) -> No
 def _record_admission_budget(mod: Any, shell: Any) -> None:
     """What each iteration's PrefillAdder was given (the accounting a snapshot shows): the
     scheduler module's ``PrefillAdder`` becomes a subclass that notes, once built, the budgets it
-    starts from (those of ``ADMISSION_BUDGET`` this release has). Nothing it decides changes."""
+    starts from (those of ``ADMISSION_BUDGET`` this release has), a request it leaves waiting for
+    want of room while its prefix waits on the host (``count_refused_load``), and, for each request
+    it admits,
+    the load-backs from the host its admission started (the tree's ``ongoing_load_back`` keys it
+    added: ``_loading_back``). Nothing it decides changes."""
     base = mod.PrefillAdder
     base = getattr(base, "_kvp_base", base)
 
@@ -528,6 +532,16 @@ def _record_admission_budget(mod: Any, shell: Any) -> None:
         def __init__(self, *args: Any, **kwargs: Any) -> None:
             super().__init__(*args, **kwargs)
             shell._kvp_adder = admission_budget(self)
+
+        def add_one_req(self, req: Any, *args: Any, **kwargs: Any) -> Any:
+            before = set(getattr(shell.tree_cache, "ongoing_load_back", None) or ())
+            result = super().add_one_req(req, *args, **kwargs)
+            started = set(getattr(shell.tree_cache, "ongoing_load_back", None) or ()) - before
+            if started:
+                shell._kvp_loading[req.rid] = started
+            if getattr(result, "name", None) == "NO_TOKEN" and (getattr(req, "host_hit_length", 0) or 0) > 0:
+                count_refused_load(shell.tree_cache)
+            return result
 
     mod.PrefillAdder = RecordingAdder
 
@@ -551,9 +565,19 @@ def _abort_state(shell: Any, req: Any) -> str:
         if getattr(req, "is_retracted", False):
             return "retracted"
         return "prefetching" if _prefetching(shell, req) else "waiting"
+    if _loading_back(shell, req):
+        return "loading back"
     if req is shell.chunked_req:
         return "between chunks"
     return "decoding" if req.output_ids else "prefilled"
+
+
+def _loading_back(shell: Any, req: Any) -> bool:
+    """Whether a load-back from the host that the request's admission started is still listed by
+    the tree (``ongoing_load_back``, until the pass that finds its transfer done): the request is
+    held (in a batch, prefilled or not) while its prefix's KV is still being copied to the device."""
+    ongoing = getattr(shell.tree_cache, "ongoing_load_back", None) or {}
+    return any(key in ongoing for key in shell._kvp_loading.get(req.rid, ()))
 
 
 def _prefetching(shell: Any, req: Any) -> bool:
