@@ -208,8 +208,11 @@ LATE_ACKNOWLEDGEMENTS = (2, 1)
 
 # The storage calls the nemesis fails (by the start of their names): the reads of a prefetch first
 # (a failed read), the backups (a failed backup: what the tree wrote is not there to fetch), any
-# call (the hit query too: a prefix not found).
-STORAGE_FAILING = ("batch_get", "batch_set", "")
+# call (the hit query too: a prefix not found). Reads in two draws of four: a tier failing its
+# backups or any call fails the backups and queries that come first, so its fetches find little to
+# read (traced on 0.5.23: failing every call, no read was made), and in shards of 10 reads failed in
+# 1 to 6 scenarios of 40 with reads one draw of three.
+STORAGE_FAILING = ("batch_get", "batch_set", "batch_get", "")
 
 
 @st.composite

@@ -27,10 +27,12 @@ class DriveSpec(Protocol):
 
 
 def shards(name: str, key: tuple[Any, ...], examples: int, seed: int | None, index: int,
-           size: int = SHARD_SIZE) -> list[Task]:
-    """A task of ``examples`` scenarios, as shards of at most ``size``: a task played whole
-    keeps the run's seed (None: derandomized, as always); its shards each take a seed of their own,
-    derived from the run's seed (0 when derandomized) and the task's ``index``."""
+           size: int | None = None) -> list[Task]:
+    """A task of ``examples`` scenarios, as shards of at most ``size`` (``SHARD_SIZE`` unless
+    given): a task played whole keeps the run's seed (None: derandomized, as always); its shards
+    each take a seed of their own, derived from the run's seed (0 when derandomized) and the task's
+    ``index``."""
+    size = size or SHARD_SIZE
     if examples <= size:
         return [Task(name, key, examples, seed)]
     count = -(-examples // size)

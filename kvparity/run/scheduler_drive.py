@@ -49,7 +49,7 @@ from kvparity.model.traffic_strategies import traffic_scenarios
 from kvparity.run.candidates import traffic_candidates
 from kvparity.run.drive import Finding, Played, Task
 from kvparity.run.minimize import DEFAULT_BUDGET_S
-from kvparity.run.plan import SHARD_SIZE, shards
+from kvparity.run.plan import shards
 from kvparity.run.verdict import Verdict
 
 DEFAULT_TRAFFIC_EXAMPLES = 40  # per schedule policy and event loop
@@ -172,7 +172,7 @@ class SchedulerDrive:
         hybrid model both serve, one per loop it is served in (``HYBRID_LOOPS``) and per policy of
         ``HYBRID_POLICIES`` (its pools change memory, not how the queue is ranked), after those of
         full attention."""
-        size = NEMESIS_SHARD if self.nemesis else SHARD_SIZE
+        size = NEMESIS_SHARD if self.nemesis else None
         full = [task for i, loop in enumerate(self.loops) if "full" in self.caches
                 for j, policy in enumerate(self.spec.policies)
                 for task in shards(f"{policy}, {loop} loop", (i, j), examples, seed, i * len(POLICIES) + j, size)]

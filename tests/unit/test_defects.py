@@ -83,7 +83,7 @@ def test_a_crash_reads_as_an_error_not_as_a_count_of_iterations(drive):
 # A server of each model a known defect names (a window of 6 on pages of 4: not whole pages).
 SERVERS = {"full": ServerConfig(), "mamba": ServerConfig(mamba_slots=MAMBA_SLOTS_PER_REQUEST * 8),
            "swa": ServerConfig(page_size=4, sliding_window=6),
-           "hicache": ServerConfig(hicache_ratio=2.0, hicache_storage=True),
+           "hicache": ServerConfig(hicache_ratio=2.0, hicache_write_policy="write_back", hicache_storage=True),
            "hicache-mamba": ServerConfig(mamba_slots=MAMBA_SLOTS_PER_REQUEST * 8, hicache_ratio=2.0,
                                          hicache_write_policy="write_back", hicache_storage=True)}
 
