@@ -352,10 +352,13 @@ def pages_a_failed_decode_kept(geometry: Geometry, before: Snapshot, after: Snap
     record = after.record
     if record.kind != "decode" or record.outcome != "oom" or after.window is None:
         return frozenset()
-    ps = geometry.page_size
-    held = after.held_slots if ps == 1 else set(map(ps.__rfloordiv__, after.held_slots))
-    kept = before.free_set - after.free_set - held
+    kept = before.free_set - after.free_set - _pages(geometry.page_size, after.held_slots)
     return frozenset(kept) if len(kept) <= len(record.rids) else frozenset()
+
+
+def _pages(page_size: int, slots: frozenset[int]) -> frozenset[int]:
+    """The page ids of ``slots`` (the slots themselves at page size 1)."""
+    return slots if page_size == 1 else frozenset(map(page_size.__rfloordiv__, slots))
 
 
 def conservation(geometry: Geometry, snap: Snapshot, kept: frozenset[int] = frozenset()) -> list[str]:
@@ -375,7 +378,7 @@ def conservation(geometry: Geometry, snap: Snapshot, kept: frozenset[int] = froz
         bad = sorted(s for s in held_slots if s < 1 or s == POISON)
         problems.append(f"held slots that are not real slots: {bad[:6]}")
         return problems
-    held_pages = (held_slots if ps == 1 else set(map(ps.__rfloordiv__, held_slots))) | kept
+    held_pages = _pages(ps, held_slots) | kept
     both = sorted(held_pages & free_set)
     if both:
         problems.append(f"pages both free and held: {both[:6]}")

@@ -172,8 +172,8 @@ def traffic_scenarios(draw: Any, policies: tuple[str, ...] = POLICIES, cache: st
         outputs = draw(st.integers(32, 48) if pressure else _OUTPUTS_DECODING_FIRST if nemesis else st.integers(1, 6))
         burst.append(Arrival(f"r{i}", base[:cut] + own, outputs))
     arrivals.append(tuple(burst))
-    aborts, when = draw(_aborts(burst, len(arrivals) - 1, config.hicache_ratio is not None,
-                                             config.hicache_storage)) if nemesis else ((), ())
+    host = config.hicache_ratio is not None
+    aborts, when = draw(_aborts(burst, len(arrivals) - 1, host, config.hicache_storage)) if nemesis else ((), ())
     if nemesis:
         config = draw(_server_faults(config, pressure, forced_retraction))
     if two_cores and config.hicache_ratio is None:
@@ -266,10 +266,9 @@ def _aborts(draw: Any, burst: list[Arrival], arrival: int, host: bool = False, s
     each at a drawn delay after the burst's iteration ``arrival`` or, as often, on a drawn state
     of its life (the first pass that finds it there); and, for each state of ``ABORT_ON_STATES``
     (``HOST_ABORT_STATES`` with a ``host`` tier, ``STORAGE_ABORT_STATES`` with its ``storage``
-    tier) half the time (``prefetching`` a quarter),
-    the first request of any found in it (``ANY_REQUEST``: a retraction or a chunk, wherever it
-    falls). Returns
-    (``aborts``, ``abort_when``)."""
+    tier) half the time (``prefetching`` a quarter), the first request of any found in it
+    (``ANY_REQUEST``: a retraction or a chunk, wherever it falls). Returns (``aborts``,
+    ``abort_when``)."""
     # Each choice's simplest draw (the first, the smallest, False) is the fault: Hypothesis draws
     # simplest first, and a derandomized task of 40 draws many such.
     if not burst or draw(st.integers(0, 3)) == 3:

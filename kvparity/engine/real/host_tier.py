@@ -696,13 +696,15 @@ def _count_refusals(tree: Any) -> None:
     load-back likewise (``_count_unified_load_refusals``)."""
     controller = tree.cache_controller
     backup = (tree, "_execute_kv_backup") if hasattr(tree, "_execute_kv_backup") else (controller, "write")
-    unified = hasattr(getattr(tree, "tree_core", None), "build_load_back_spec")
-    for (owner, method), counter in ((backup, BACKUPS_REFUSED), ((controller, "load"), LOADS_REFUSED)):
-        setattr(controller, counter, 0)
-        if not (unified and counter == LOADS_REFUSED):
-            setattr(owner, method, _counting(controller, getattr(owner, method), counter))
-    if unified:
+    counted = [(backup, BACKUPS_REFUSED)]
+    if hasattr(getattr(tree, "tree_core", None), "build_load_back_spec"):
         _count_unified_load_refusals(tree)
+    else:
+        counted.append(((controller, "load"), LOADS_REFUSED))
+    setattr(controller, BACKUPS_REFUSED, 0)
+    setattr(controller, LOADS_REFUSED, 0)
+    for (owner, method), counter in counted:
+        setattr(owner, method, _counting(controller, getattr(owner, method), counter))
 
 
 def _count_unified_load_refusals(tree: Any) -> None:

@@ -520,9 +520,8 @@ def _record_admission_budget(mod: Any, shell: Any) -> None:
     scheduler module's ``PrefillAdder`` becomes a subclass that notes, once built, the budgets it
     starts from (those of ``ADMISSION_BUDGET`` this release has), a request it leaves waiting for
     want of room while its prefix waits on the host (``count_refused_load``), and, for each request
-    it admits,
-    the load-backs from the host its admission started (the tree's ``ongoing_load_back`` keys it
-    added: ``_loading_back``). Nothing it decides changes."""
+    it admits, the load-backs from the host its admission started (the tree's ``ongoing_load_back``
+    keys it added: ``_loading_back``). Nothing it decides changes."""
     base = mod.PrefillAdder
     base = getattr(base, "_kvp_base", base)
 
