@@ -10,6 +10,7 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
+from kvparity import caches as cache_kinds
 from kvparity.judge.power import parse_reach, scenarios_for
 from kvparity.model.worlds import MODELLED_RELEASES
 
@@ -44,14 +45,12 @@ class CheckPlan:
 
 
 def caches_option(text: str) -> tuple[str, ...]:
-    """``--caches``'s value: known model names, comma-separated, in ``CACHES`` order."""
-    from kvparity.model.traffic import CACHES
-
+    """``--caches``'s value: registered cache kinds' names, comma-separated, in the registry's order."""
     names = [n.strip() for n in text.split(",") if n.strip()]
-    unknown = [n for n in names if n not in CACHES]
+    unknown = [n for n in names if n not in cache_kinds.KINDS]
     if unknown or not names:
-        raise argparse.ArgumentTypeError(f"{text!r}: expected some of {', '.join(CACHES)}, comma-separated")
-    return tuple(c for c in CACHES if c in names)
+        raise argparse.ArgumentTypeError(f"{text!r}: expected some of {', '.join(cache_kinds.names())}, comma-separated")
+    return tuple(c for c in cache_kinds.names() if c in names)
 
 
 def chosen_drive(args: argparse.Namespace) -> str:
@@ -61,7 +60,7 @@ def chosen_drive(args: argparse.Namespace) -> str:
     if args.drive is not None:
         return str(args.drive)
     real_pair = bool(getattr(args, "sglang", None) and getattr(args, "against", None))
-    hybrid = any(cache != "full" for cache in (getattr(args, "caches", None) or ()))
+    hybrid = any(cache_kinds.get(cache).hybrid for cache in (getattr(args, "caches", None) or ()))
     return "both" if real_pair and (hybrid or getattr(args, "nemesis", None)) else "harness"
 
 
@@ -116,19 +115,18 @@ def harness_spec(args: argparse.Namespace, real: Any) -> tuple[Any, int]:
 
 def scheduler_spec(real: Any, caches: tuple[str, ...] | None = None, undo_changes: bool = False) -> Any:
     """The scheduler drive's two players, or why this run has none (a sentence); ``caches``: the
-    models its tasks serve (None: ``DEFAULT_CACHES``, those both players serve); ``undo_changes``: the checked
-    release plays with its own named changes undone (real against real only)."""
-    from kvparity.model.traffic import DEFAULT_CACHES
+    models its tasks serve (None: ``caches.default_names()``, those both players serve); ``undo_changes``: the
+    checked release plays with its own named changes undone (real against real only)."""
     from kvparity.run.scheduler_drive import PlayerSpec, SchedulerSpec
 
     if undo_changes:
         problem = undo_problem(real)
         if problem is not None:
             return problem
-    if caches is not None and (real is None or real.reference is None) and caches != ("full",):
+    if caches is not None and (real is None or real.reference is None) and any(cache_kinds.get(c).hybrid for c in caches):
         return (f"--caches {','.join(caches)}: kvparity's model of a scheduler serves full attention only; the "
                 f"hybrid caches are checked real release against real release (--sglang A --against B)")
-    caches = caches or DEFAULT_CACHES
+    caches = caches or cache_kinds.default_names()
     if real is None:
         return SchedulerSpec(PlayerSpec("model", "legacy"), PlayerSpec("model", "refactored"))
     checked = PlayerSpec("real", real.checked.path if real.checked.origin == "path" else real.checked.version)
@@ -175,17 +173,18 @@ def harness_models(real: Any, caches: tuple[str, ...] | None) -> tuple[str, ...]
     not by default, it multiplies the drive's time), or why not (a sentence)."""
     if caches is None:
         return ("full",)
-    hybrid = [c for c in caches if c != "full"]
+    hybrid = [c for c in caches if cache_kinds.get(c).hybrid]
     if hybrid and (real is None or real.reference is None):
         return (f"--caches {','.join(caches)}: the harness drive plays a hybrid model real release against real "
                 f"release only (--sglang A --against B)")
-    served = tuple(c for c in caches if c == "full" or _both_serve(real, c))
+    served = tuple(c for c in caches if not cache_kinds.get(c).hybrid or _both_serve(real, c))
     return served or _none_served(real, caches)
 
 
 def _both_serve(real: Any, cache: str) -> bool:
     """Whether kvparity drives both releases of ``real`` serving ``cache``."""
-    return bool(real.reference.entry.serves(cache) and real.checked.entry.serves(cache))
+    served_by = cache_kinds.get(cache).served_by
+    return bool(served_by(real.reference.entry) and served_by(real.checked.entry))
 
 
 def _none_served(real: Any, caches: tuple[str, ...]) -> str:

@@ -20,10 +20,11 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
+from kvparity import caches as cache_kinds
 from kvparity.engine.real import WORKER_PLUGINS
 from kvparity.engine.real.changes import Change
 from kvparity.engine.traffic_run import TrafficRun
-from kvparity.model.traffic import CACHES, EVERY_HOST_TIER, HostOffer, TrafficScenario
+from kvparity.model.traffic import EVERY_HOST_TIER, HostOffer, TrafficScenario
 from kvparity.model.traffic_records import StopError
 from kvparity.model.worlds import MODELLED_RELEASES, WorldId
 
@@ -32,7 +33,7 @@ class TrafficPlayer(Protocol):
     name: str
     release: str  # the SGLang release it is, or models
     loops: tuple[str, ...]  # the event loops it can play
-    caches: tuple[str, ...]  # the models it can serve (``kvparity.model.traffic.CACHES``)
+    caches: tuple[str, ...]  # the models it can serve (``kvparity.caches``)
     paged_windows: bool  # whether a sliding-window model's pools may take a page size above 1
     host_offer: HostOffer  # the host tiers it serves
     tree_cores: tuple[str, ...]  # the radix tree's cores it ships (two from 0.5.21: Rust, its default, and Python)
@@ -61,7 +62,7 @@ class RealTrafficPlayer:
     """A real SGLang's own scheduler, in its own worker process (started on first use)."""
 
     loops: tuple[str, ...] = ("normal", "overlap")
-    caches: tuple[str, ...] = CACHES
+    caches: tuple[str, ...] = cache_kinds.names()
     aborts = True  # through the release's own Scheduler.abort_request, every release
 
     def __init__(self, source: Any, worker: Any = None, *, copy_of: str | None = None) -> None:
@@ -80,7 +81,7 @@ class RealTrafficPlayer:
         self.host_offer = source.entry.host_offer
         self.tree_cores = source.entry.tree_cores
         self.forced_retraction = source.entry.test_retract_interval
-        self.caches = tuple(c for c in CACHES if source.entry.serves(c))
+        self.caches = tuple(kind.name for kind in cache_kinds.KINDS.values() if kind.served_by(source.entry))
         self.owns_worker = worker is None
         self.worker = RealWorker(source, plugins=WORKER_PLUGINS) if worker is None else worker
 

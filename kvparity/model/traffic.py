@@ -15,15 +15,7 @@ from kvparity.model.scenario import tokens_python
 from kvparity.model.worlds import Geometry
 
 LOOPS = ("normal", "overlap")
-# The models a server may serve: full attention only, a hybrid sliding-window model or a hybrid
-# linear (Mamba) model (issue 34).
-CACHES = ("full", "swa", "mamba", "hicache", "hicache-mamba")
-CACHE_NAMES = {"full": "full attention", "swa": "sliding window", "mamba": "Mamba",
-               "hicache": "host tier (HiCache)", "hicache-mamba": "Mamba host tier (HiCache)"}  # as reports name them
-HOST_CACHES = ("hicache", "hicache-mamba")  # the models served with a host tier
-# What a real release pair's check serves unless --caches says: every model, no host tier (a
-# server option of its own, which multiplies the check's time: asked for by name).
-DEFAULT_CACHES = ("full", "swa", "mamba")
+# The cache kinds a server may serve are registered in ``kvparity.caches``.
 # The write policies of a host tier (SGLang's --hicache-write-policy).
 HICACHE_WRITE_POLICIES = ("write_through", "write_back", "write_through_selective")
 
@@ -125,15 +117,6 @@ class ServerConfig:
     # interval: every that many forwards a decode batch retracts a request (the last of its
     # retraction order), whatever the memory, and keeps one. None: off. A release without it refuses it.
     forced_retraction: int | None = None
-
-    @property
-    def cache(self) -> str:
-        """The model served, as ``CACHES`` names it."""
-        if self.mamba_slots is not None:
-            return "mamba" if self.hicache_ratio is None else "hicache-mamba"
-        if self.sliding_window is not None:
-            return "swa"
-        return "full" if self.hicache_ratio is None else "hicache"
 
     @property
     def window_at_odds(self) -> str | None:

@@ -11,7 +11,8 @@ keeps enough back that it never does)."""
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, Protocol
 
 from hypothesis import strategies as st
 
@@ -19,9 +20,6 @@ from kvparity.mem_cache.schedule_policy import POLICIES
 from kvparity.model.traffic import (
     ANY_REQUEST,
     EVERY_HOST_TIER,
-    HICACHE_WRITE_POLICIES,
-    HOST_CACHES,
-    MAMBA_SLOTS_PER_REQUEST,
     PREFETCH_POLICIES,
     Arrival,
     HostOffer,
@@ -54,51 +52,24 @@ def server_configs(draw: Any, policies: tuple[str, ...] = POLICIES, pressure: bo
     )
 
 
-@st.composite
-def windows(draw: Any, config: ServerConfig, window_pages: tuple[int, ...]) -> ServerConfig:
-    """``config`` as a hybrid sliding-window model's server: a window from below a page to beyond
-    any prompt (pages of 4 two times in three where the releases page their windows; with them, two
-    windows in seven below a page, two past one and not a whole number of them), window slots freed
-    after a few tokens slid out (three times in four; else SGLang's default interval, which these
-    short requests never reach), the window pool SGLang's default share."""
-    page_size = draw(st.sampled_from(window_pages + window_pages[1:]))  # a page past one token two times in three
-    chunked = config.chunked_prefill_size
-    if chunked is not None:
-        chunked = -(-chunked // page_size) * page_size
-    return dataclasses.replace(
-        config, page_size=page_size, chunked_prefill_size=chunked,
-        # 80: beyond every drawn prompt, within every drawn window pool (a window wider than its
-        # pool is no server's: SGLang then admits nothing and the run stalls).
-        sliding_window=draw(st.sampled_from((8, 1, 3, 6, 16, 10, 80))),
-        swa_eviction_interval=draw(st.sampled_from((1, 4, 1, None))))
+@dataclass(frozen=True)
+class ServeOptions:
+    """What a drive lets a cache kind's server take: a sliding-window model's page sizes
+    ``window_pages``, the host tiers ``host_offer`` allows, and whether the nemesis plays (a host
+    tier then always has its storage tier, where the nemesis's faults are)."""
+
+    window_pages: tuple[int, ...] = (1, 4)
+    host_offer: HostOffer = EVERY_HOST_TIER
+    nemesis: bool = False
 
 
-@st.composite
-def mamba_models(draw: Any, config: ServerConfig) -> ServerConfig:
-    """``config`` as a hybrid linear (Mamba) model's server: page size 1 (its tree keeps no state
-    buffer), state slots from the fewest a server runs its requests with (the tree's states are
-    evicted to admit more) to a few more."""
-    least = MAMBA_SLOTS_PER_REQUEST * config.max_running_requests
-    return dataclasses.replace(config, page_size=1, mamba_slots=draw(st.sampled_from((least, least + 2, least + 8))))
+class ServedKind(Protocol):
+    """The part of a cache kind (``kvparity.caches``) a traffic scenario is drawn with."""
 
+    @property
+    def host_tier(self) -> bool: ...
 
-@st.composite
-def host_tiers(draw: Any, config: ServerConfig, offer: HostOffer = EVERY_HOST_TIER, faults: bool = False) -> ServerConfig:
-    """``config`` with a host tier: a device pool small enough that the warm-up's prompts are
-    evicted from it (128 slots hold any one request drawn here), a host pool smaller than the
-    device's (the host evicts what the warm-up left) or larger (it keeps it), any write policy, and
-    half the time the file storage tier (where what the host evicted is found again), the host's
-    size where the releases' ``offer`` allows; a third of
-    the time its transfers are slow (acknowledged one or two iterations late: what they list stays
-    listed across iterations). With the nemesis's ``faults``, always the storage tier (where its
-    faults are: ``_server_faults``): a host tier's backups refused and loads back from the host
-    happen with it too, and a drawn storage tier came out in 7 of 40 scenarios of some tasks."""
-    return dataclasses.replace(
-        config, kv_slots=128 if config.kv_slots < 256 else draw(st.sampled_from((96, 128))),
-        hicache_ratio=draw(st.sampled_from((0.75, 1.5, 2.0) if offer.smaller else (1.5, 2.0))),
-        hicache_write_policy=draw(st.sampled_from(HICACHE_WRITE_POLICIES)),
-        hicache_storage=faults or draw(st.booleans()),
-        hicache_ack_delay=draw(st.sampled_from((0, 0, 0, 0, 1, 2))))
+    def serve(self, draw: Any, config: ServerConfig, options: ServeOptions) -> ServerConfig: ...
 
 
 def _fillers(draw: Any, config: ServerConfig, fetching: bool = False) -> list[tuple[Arrival, ...]]:
@@ -157,25 +128,20 @@ FILLERS_DRAINED = 3
 
 
 @st.composite
-def traffic_scenarios(draw: Any, policies: tuple[str, ...] = POLICIES, cache: str = "full",
-                      window_pages: tuple[int, ...] = (1, 4), host_offer: HostOffer = EVERY_HOST_TIER,
-                      nemesis: bool = False, two_cores: bool = False, forced_retraction: bool = False) -> TrafficScenario:
-    """``cache``: the model served (``CACHES``); a sliding-window model's pools take the page sizes
-    ``window_pages``; a host tier is one of those ``host_offer`` allows; ``nemesis``: clients abort
-    requests too (both players take aborts); ``two_cores``: both releases ship the Rust and the
-    Python radix-tree core (0.5.21+), the Python one played in about half the scenarios (a host
-    tier runs on it always)."""
+def traffic_scenarios(draw: Any, policies: tuple[str, ...] = POLICIES, kind: ServedKind | None = None,
+                      options: ServeOptions = ServeOptions(), two_cores: bool = False,
+                      forced_retraction: bool = False) -> TrafficScenario:
+    """``kind``: the cache kind served (``kvparity.caches``; None: full attention), its server
+    drawn under ``options`` (with ``options.nemesis``, clients abort requests too: both players
+    take aborts); ``two_cores``: both releases ship the Rust and the Python radix-tree core
+    (0.5.21+), the Python one played in about half the scenarios (a host tier runs on it always)."""
+    nemesis = options.nemesis
     pressure = draw(st.sampled_from((False, True, False)))
     # Chunks first for the nemesis's aborts between them (long enough for a host tier's storage).
-    config = draw(server_configs(policies, pressure, chunks_first=nemesis, long_chunks=nemesis and cache in HOST_CACHES))
-    if cache == "swa":
-        config = draw(windows(config, window_pages))
-    elif cache == "mamba":
-        config = draw(mamba_models(config))
-    elif cache == "hicache":
-        config = draw(host_tiers(config, host_offer, nemesis))
-    elif cache == "hicache-mamba":
-        config = draw(host_tiers(draw(mamba_models(config)), host_offer, nemesis))
+    long_chunks = nemesis and kind is not None and kind.host_tier
+    config = draw(server_configs(policies, pressure, chunks_first=nemesis, long_chunks=long_chunks))
+    if kind is not None:
+        config = kind.serve(draw, config, options)
     stems = [tuple(range(100_000 * (k + 1), 100_000 * (k + 1) + _STEM)) for k in range(2)]
     # The nemesis's storage tier: the warm-up's prompts whole first (long enough to fetch back).
     fetching = nemesis and config.hicache_storage

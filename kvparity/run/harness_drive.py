@@ -12,11 +12,11 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
+from kvparity import caches
 from kvparity.judge.compare import KNOWN_VERSION_DIFFERENCES, RENUMBERED_BETWEEN_RELEASES
 from kvparity.model.classes import REQUIRED
 from kvparity.model.scenario import Scenario, scenario_to_dict
 from kvparity.model.strategies import TEMPLATES, hybrid_templates, scenarios
-from kvparity.model.traffic import CACHE_NAMES, CACHES
 from kvparity.model.worlds import WorldId
 from kvparity.report.failure import first_difference_line, format_failure
 from kvparity.run.candidates import step_candidates
@@ -45,7 +45,7 @@ class HarnessSpec:
     tree_class: str | None = None
     real_reference: bool = False
     counts_all: bool = False  # play every scenario and count the differing ones (the release matrix)
-    # The model the real worlds serve (``kvparity.model.traffic.CACHES``): a hybrid one is played by
+    # The cache kind the real worlds serve (``kvparity.caches``): a hybrid one is played by
     # real releases only (``real_reference``), on the templates its worlds take.
     model: str = "full"
 
@@ -75,26 +75,25 @@ class HarnessDrive:
         self.reference, self.checked = self.worlds[0], self.worlds[1:]
         # A hybrid model's worlds: the radix cache, page sizes their pools take (a window pool's
         # above 1 where every release's takes them; a Mamba tree's 1 only; a host tier's any).
-        paged = spec.model == "hicache" or (spec.model == "swa" and lane is not None
-                                            and all(s.entry.paged_swa for s in lane.sources))
-        self.templates = TEMPLATES if spec.model == "full" else hybrid_templates(paged)
-        self.page_sizes = None if spec.model == "full" or paged else (1,)
+        self.kind = caches.get(spec.model)
+        paged = self.kind.harness_paged(lane is not None and all(s.entry.paged_swa for s in lane.sources))
+        self.templates = hybrid_templates(paged) if self.kind.hybrid else TEMPLATES
+        self.page_sizes = (None if paged else (1,)) if self.kind.hybrid else None
 
     # ---- drawing ----------------------------------------------------------------------------------
     def tasks(self, examples: int, seed: int | None) -> list[Task]:
         """One task per template, ``examples`` shared out evenly (at least one each)."""
         n = per_template(examples)
-        if self.spec.model == "full":
+        if not self.kind.hybrid:
             return [task for index, template in enumerate(TEMPLATES)
                     for task in shards(template.name, (index,), n, seed, index)]
-        offset = len(TEMPLATES) * CACHES.index(self.spec.model)  # other draws than full attention's
+        offset = len(TEMPLATES) * caches.names().index(self.kind.name)  # other draws than full attention's
         return [task for index, template in enumerate(self.templates)
-                for task in shards(f"{template.name}, {CACHE_NAMES[self.spec.model]}", (index,), n, seed,
-                                   offset + index)]
+                for task in shards(f"{template.name}, {self.kind.label}", (index,), n, seed, offset + index)]
 
     def strategy(self, task: Task) -> Any:
         return scenarios(templates=(self.templates[task.key[0]],), page_sizes=self.page_sizes,
-                         radix_only=self.spec.model != "full")
+                         radix_only=self.kind.hybrid)
 
     # ---- playing and judging ----------------------------------------------------------------------
     def play(self, scenario: Scenario) -> Played:
@@ -154,7 +153,7 @@ class HarnessDrive:
         """One row per world pair, the reference against each other world."""
         diverged = self.diverged(verdict)
         width = max(42, *(len(f"{self.reference} vs {n}") for n in self.checked)) if self.checked else 42
-        lines = [] if self.spec.model == "full" else [f"the real worlds serve a {CACHE_NAMES[self.spec.model]} model"]
+        lines = [f"the real worlds serve a {self.kind.label} model"] if self.kind.hybrid else []
         lines.append(f"{'world pair':<{width}} {'scenarios':>9}  verdict")
         for name in self.checked:
             pair = f"{self.reference} vs {name}"
@@ -162,7 +161,7 @@ class HarnessDrive:
         return lines
 
     def summary(self, verdict: Verdict) -> str:
-        served = "" if self.spec.model == "full" else f", serving a {CACHE_NAMES[self.spec.model]} model"
+        served = f", serving a {self.kind.label} model" if self.kind.hybrid else ""
         if verdict.verdict == "parity":
             return f"PARITY{served}"
         first = verdict.shrunk

@@ -23,6 +23,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
+from kvparity import caches
 from kvparity.engine.real.changes import Change, changes_between
 from kvparity.engine.real.defects import known_defect
 from kvparity.engine.traffic_players import ModelTrafficPlayer, RealTrafficPlayer, TrafficPlayer
@@ -43,9 +44,9 @@ from kvparity.model.classes import (
     TRAFFIC_WINDOW_BELOW_PAGE,
     TRAFFIC_WINDOW_OFF_PAGE,
 )
-from kvparity.model.traffic import CACHE_NAMES, LOOPS, TrafficScenario, traffic_to_dict
+from kvparity.model.traffic import LOOPS, TrafficScenario, traffic_to_dict
 from kvparity.model.traffic_records import WRONG_KV
-from kvparity.model.traffic_strategies import traffic_scenarios
+from kvparity.model.traffic_strategies import ServeOptions, traffic_scenarios
 from kvparity.run.candidates import traffic_candidates
 from kvparity.run.drive import Finding, Played, Task
 from kvparity.run.minimize import DEFAULT_BUDGET_S
@@ -56,9 +57,6 @@ DEFAULT_TRAFFIC_EXAMPLES = 40  # per schedule policy and event loop
 # The hybrid models' tasks: these policies only (fcfs: arrival order; lpm: the cache-aware ranking,
 # whose prefix matches meet the window's tombstones).
 HYBRID_POLICIES = ("fcfs", "lpm")
-# The loops a hybrid model is served in: a Mamba model's tree without a state buffer (SGLang's
-# no_buffer) refuses the overlap loop.
-HYBRID_LOOPS = {"swa": LOOPS, "mamba": ("normal",), "hicache": LOOPS, "hicache-mamba": ("normal",)}
 # The rare shape Hypothesis steers toward (``hypothesis.target``). Measured on the default check of
 # 0.5.3.post1 against 0.5.3 (320 scenarios, 160 in the overlap loop), unsteered -> steered: rows
 # freed under a chunk in flight 31 -> 87 of 160, retractions in the overlap loop 24 -> 60 of 160,
@@ -106,7 +104,7 @@ class SchedulerSpec:
     checked: PlayerSpec
     policies: tuple[str, ...] = POLICIES
     loops: tuple[str, ...] = LOOPS
-    caches: tuple[str, ...] = ("full",)  # the models served (``CACHES``): those both players can serve are drawn
+    caches: tuple[str, ...] = ("full",)  # the cache kinds served (``kvparity.caches``): those both players serve are drawn
     # Play the checked release with its own named changes undone (those that say how,
     # ``kvparity.engine.real.changes``): parity then says the two differ by those changes alone.
     undo_changes: bool = False
@@ -169,25 +167,25 @@ class SchedulerDrive:
     # ---- drawing ----------------------------------------------------------------------------------
     def tasks(self, examples: int, seed: int | None) -> list[Task]:
         """One task per loop both players play and per policy, ``examples`` scenarios each; for a
-        hybrid model both serve, one per loop it is served in (``HYBRID_LOOPS``) and per policy of
+        hybrid model both serve, one per loop it is served in (its kind's ``loops``) and per policy of
         ``HYBRID_POLICIES`` (its pools change memory, not how the queue is ranked), after those of
         full attention."""
         size = NEMESIS_SHARD if self.nemesis else None
         full = [task for i, loop in enumerate(self.loops) if "full" in self.caches
                 for j, policy in enumerate(self.spec.policies)
                 for task in shards(f"{policy}, {loop} loop", (i, j), examples, seed, i * len(POLICIES) + j, size)]
-        hybrid = [task for c, cache in enumerate(self.caches) if cache != "full"
-                  for i, loop in enumerate(self.loops) if loop in HYBRID_LOOPS[cache]
+        hybrid = [task for c, kind in enumerate(map(caches.get, self.caches)) if kind.hybrid
+                  for i, loop in enumerate(self.loops) if loop in kind.loops
                   for j, policy in enumerate(self.spec.policies) if policy in HYBRID_POLICIES
-                  for task in shards(f"{policy}, {loop} loop, {CACHE_NAMES[cache]}", (i, j, cache), examples, seed,
+                  for task in shards(f"{policy}, {loop} loop, {kind.label}", (i, j, kind.name), examples, seed,
                                      len(LOOPS) * len(POLICIES) * (c + 1) + i * len(POLICIES) + j, size)]
         return full + hybrid
 
     def strategy(self, task: Task) -> Any:
         loop, policy = self.loops[task.key[0]], self.spec.policies[task.key[1]]
-        cache = task.key[2] if len(task.key) > 2 else "full"
-        drawn = traffic_scenarios(policies=(policy,), cache=cache, window_pages=self.window_pages,
-                                  host_offer=self.host_offer, nemesis=self.nemesis, two_cores=self.two_cores,
+        kind = caches.get(task.key[2]) if len(task.key) > 2 else None
+        options = ServeOptions(self.window_pages, self.host_offer, self.nemesis)
+        drawn = traffic_scenarios(policies=(policy,), kind=kind, options=options, two_cores=self.two_cores,
                                   forced_retraction=self.forced_retraction)
         return drawn.map(lambda scenario: with_loop(scenario, loop))
 
@@ -348,7 +346,7 @@ class SchedulerDrive:
     def summary(self, verdict: Verdict) -> str:
         """What differs, by kind (each kind a row's differing scenarios showed first), under which
         policies (and loop, when only one), and the policies under which nothing does."""
-        rows = [(self.spec.policies[r.key[1]] + (f" ({CACHE_NAMES[r.key[2]]})" if len(r.key) > 2 else ""),
+        rows = [(self.spec.policies[r.key[1]] + (f" ({caches.get(r.key[2]).label})" if len(r.key) > 2 else ""),
                  self.loops[r.key[0]], r) for r in verdict.rows]
         policies = list(dict.fromkeys(p for p, _, _ in rows))
         if verdict.verdict == "parity":

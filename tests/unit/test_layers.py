@@ -12,7 +12,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 PACKAGE = ROOT / "kvparity"
 # Lowest first. A module may import from its own sub-package and from those before it.
-LAYERS = ("model", "engine", "judge", "report", "run", "golden", "candidate", "teeth", "cli")
+LAYERS = ("model", "caches", "engine", "judge", "report", "run", "golden", "candidate", "teeth", "cli")
 # SGLang's model code and what it shares: below every layer (they import none of kvparity's).
 SHARED = ("kernels", "mem_cache", "legacy", "refactored")
 

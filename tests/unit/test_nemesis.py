@@ -332,12 +332,13 @@ def test_the_nemesis_draws_a_servers_faults_after_its_traffic():
     always has its storage tier, where those faults are."""
     from hypothesis import HealthCheck, given, settings
 
-    from kvparity.model.traffic_strategies import traffic_scenarios
+    from kvparity import caches
+    from kvparity.model.traffic_strategies import ServeOptions, traffic_scenarios
 
     faults: dict[tuple, set] = {}
 
     @settings(max_examples=100, derandomize=True, database=None, deadline=None, suppress_health_check=list(HealthCheck))
-    @given(traffic_scenarios(cache="hicache", nemesis=True, forced_retraction=True))
+    @given(traffic_scenarios(kind=caches.get("hicache"), options=ServeOptions(nemesis=True), forced_retraction=True))
     def collect(scenario: TrafficScenario) -> None:
         config = scenario.config
         assert config.hicache_storage
@@ -382,12 +383,13 @@ def test_a_nemesis_storage_tier_pushes_the_warm_up_to_storage_and_sends_a_reques
     more (a Mamba model's tree keeps a state at that prompt's end), which no abort names."""
     from hypothesis import HealthCheck, given, settings
 
-    from kvparity.model.traffic_strategies import FETCHER, FETCHER_OWN, FILLERS_DRAINED, traffic_scenarios
+    from kvparity import caches
+    from kvparity.model.traffic_strategies import FETCHER, FETCHER_OWN, FILLERS_DRAINED, ServeOptions, traffic_scenarios
 
     drained = []
 
     @settings(max_examples=60, derandomize=True, database=None, deadline=None, suppress_health_check=list(HealthCheck))
-    @given(traffic_scenarios(cache="hicache", nemesis=True))
+    @given(traffic_scenarios(kind=caches.get("hicache"), options=ServeOptions(nemesis=True)))
     def check(scenario: TrafficScenario) -> None:
         config, groups = scenario.config, scenario.arrivals
         fillers = [a for group in groups for a in group if a.rid.startswith("f")]

@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from kvparity.caches import kind_of
 from kvparity.engine.real.versions import version_key
 from kvparity.model.traffic import BETWEEN_PAGES, ServerConfig
 
@@ -39,7 +40,7 @@ class KnownDefect:
     def matches(self, release: str, config: ServerConfig, kind: str, line: str) -> bool:
         """Whether a finding of ``kind`` saying ``line``, in ``release``'s run of a server ``config``, is this one."""
         return (self.covers(release) and kind.startswith(self.shows)
-                and (self.cache is None or self.cache == config.cache)
+                and (self.cache is None or self.cache == kind_of(config).name)
                 and (self.applies is None or self.applies(config)) and all(part in line for part in self.says))
 
     @property

@@ -16,13 +16,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from kvparity import caches
 from kvparity.engine.real import WORKER_PLUGINS, RealSGLangError
 from kvparity.engine.real.install import SGLangSource, resolve
 from kvparity.engine.real.play import STEP_MARK
 from kvparity.engine.real.worker import RealWorker, RemoteError, WorkerDied, WorkerHung
 from kvparity.engine.snapshot import Snapshot, snapshot_from_plain
 from kvparity.model.scenario import Scenario, scenario_to_dict
-from kvparity.model.traffic import EVERY_HOST_TIER, HOST_CACHES, HostOffer
+from kvparity.model.traffic import EVERY_HOST_TIER, HostOffer
 from kvparity.model.worlds import WorldId
 
 BACKENDS = ("triton", "torch")
@@ -89,36 +90,6 @@ def _where(stderr: str) -> tuple[int | None, str | None]:
     return step, None
 
 
-# A hybrid sliding-window model's window in the harness drive's worlds: below most drawn prompts
-# (the window slides), above a page; its slots are freed every 2 tokens that slide out (SGLang's
-# default, 128, is past every drawn sequence).
-HARNESS_WINDOW = 8
-HARNESS_EVICTION_INTERVAL = 2
-# A host tier in the harness drive's worlds (``HostTier``'s fields): smaller than the device's pool,
-# so that the host, too, evicts, where every release takes one (else HARNESS_LARGER_HOST);
-# write-through, the server's default.
-HARNESS_HOST = {"ratio": 0.75, "write_policy": "write_through"}
-HARNESS_LARGER_HOST = {"ratio": 1.5, "write_policy": "write_through"}
-
-
-def model_options(model: str, geometry: Any, host_offer: HostOffer = EVERY_HOST_TIER) -> dict[str, Any]:
-    """The world options of a hybrid model sized for ``geometry``: a Mamba model's state slots (the
-    fewest a server runs its rows with), a sliding-window model's window and its default window
-    pool, a host tier's ``HARNESS_HOST`` (``HARNESS_LARGER_HOST`` where ``host_offer`` takes no
-    smaller host pool), and a Mamba model's with a host tier both."""
-    from kvparity.model.traffic import HOST_CACHES, MAMBA_SLOTS_PER_REQUEST, window_slots
-
-    options: dict[str, Any] = {}
-    if model in ("mamba", "hicache-mamba"):
-        options["mamba_slots"] = MAMBA_SLOTS_PER_REQUEST * geometry.pool_rows
-    if model == "swa":
-        options |= {"sliding_window": HARNESS_WINDOW, "swa_eviction_interval": HARNESS_EVICTION_INTERVAL,
-                    "swa_kv_slots": max(geometry.page_size, window_slots(geometry.kv_slots, geometry.page_size, None))}
-    if model in HOST_CACHES:
-        options["host"] = dict(HARNESS_HOST if host_offer.smaller else HARNESS_LARGER_HOST)
-    return options
-
-
 class RealLane:
     """Real worlds: ``specs`` are SGLang versions or paths (anything ``install.resolve`` takes)
     or ``SGLangSource``s, each played on every backend in ``backends``. Its worlds (``ids``;
@@ -132,7 +103,7 @@ class RealLane:
         self.sources = [s if isinstance(s, SGLangSource) else resolve(str(s)) for s in specs]
         self.backends = tuple(backends)
         self.tree_class = tree_class  # None: what a server of each release builds
-        self.model = model  # the model its worlds serve (``kvparity.model.traffic.CACHES``)
+        self.model = model  # the cache kind its worlds serve (``kvparity.caches``)
         # The host tiers every release of the lane serves (its worlds are compared with each other).
         self.host_offer = functools.reduce(HostOffer.both, (s.entry.host_offer for s in self.sources), EVERY_HOST_TIER)
         self.labels = [source_label(s) for s in self.sources]
@@ -149,7 +120,7 @@ class RealLane:
         ) + tuple(
             WorldId(label, b, source.entry.family, source.entry.version, PYTHON_TREE)
             for label, source in zip(self.labels, self.sources) for b in self.backends
-            if tree_core_variants and len(source.entry.tree_cores) > 1 and model not in HOST_CACHES
+            if tree_core_variants and len(source.entry.tree_cores) > 1 and not caches.get(model).host_tier
         )
         self.names = tuple(str(world) for world in self.ids)
         self.kernels: dict[str, dict[str, str]] = {}  # world name -> which kernels it ran (0.5.22+ report them)
@@ -182,7 +153,7 @@ class RealLane:
             try:
                 reply = worker.call("play", backend=world.backend, scenario=data, stop_before=stop_before,
                                     options=world_options(world, self.tree_class)
-                                    | model_options(self.model, scenario.geometry, self.host_offer))
+                                    | caches.get(self.model).harness_options(scenario.geometry, self.host_offer))
             except (WorkerDied, WorkerHung) as exc:
                 step, operation = _where(getattr(exc, "stderr_tail", "") or worker.last_stderr)
                 kind = "died" if isinstance(exc, WorkerDied) else "hung"

@@ -193,11 +193,6 @@ class VersionEntry:
         """The host tiers kvparity drives it with: a host pool smaller than the device's where it takes one."""
         return HostOffer(smaller=not self.host_pool_larger)
 
-    def serves(self, cache: str) -> bool:
-        """Whether kvparity drives this release serving ``cache`` (a name of ``traffic.CACHES``)."""
-        return {"mamba": self.serves_mamba, "hicache": self.host_tier is not None,
-                "hicache-mamba": self.host_mamba}.get(cache, True)
-
     @property
     def prefill_only_possible(self) -> bool:
         """Whether a real server of this version ever treats a request as prefill-only."""

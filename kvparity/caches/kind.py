@@ -1,0 +1,53 @@
+"""What kvparity knows of one cache kind, as one record (issue 50): its name and how reports name
+it, the event loops a server of it runs, whether it has a host tier, whether a real pair's check
+serves it unless ``--caches`` says, which releases serve it, the server a scenario draws for it, and
+the worlds the harness drive builds for it. A kind's module (``kvparity.caches.full`` and so on)
+exports one as ``KIND``; ``kvparity.caches`` registers them, and looks them up by name."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from kvparity.model.traffic import HostOffer, ServerConfig
+from kvparity.model.traffic_strategies import ServeOptions
+
+
+class ReleaseFacts(Protocol):
+    """What a release's version entry says of the cache kinds it serves (``engine.real.versions``)."""
+
+    @property
+    def serves_mamba(self) -> bool: ...
+
+    @property
+    def host_tier(self) -> str | None: ...
+
+    @property
+    def host_mamba(self) -> bool: ...
+
+
+# A kind's server, drawn: (Hypothesis's draw, a drawn full-attention server, the drive's options) -> its own.
+Serve = Callable[[Any, ServerConfig, ServeOptions], ServerConfig]
+
+
+@dataclass(frozen=True)
+class CacheKind:
+    name: str  # as ``--caches``, the JSON and the release registry name it
+    label: str  # as reports name it
+    loops: tuple[str, ...]  # the event loops its server runs (a Mamba model's tree without a state buffer: normal only)
+    host_tier: bool  # served with a host tier (HiCache)
+    default: bool  # served by a real pair's check unless ``--caches`` says (a host tier is asked for by name)
+    served_by: Callable[[ReleaseFacts], bool]  # whether kvparity drives a release serving it
+    describes: Callable[[ServerConfig], bool]  # whether a server is of this kind (the most specific kind first)
+    serve: Serve  # its server, drawn (``traffic_scenarios``)
+    # The harness drive's worlds: their options, sized for a scenario's geometry under the host
+    # tiers a release pair takes, and whether their templates take page sizes above 1 (given
+    # whether every release of the lane pages a window pool).
+    harness_options: Callable[[Any, HostOffer], dict[str, Any]]
+    harness_paged: Callable[[bool], bool]
+
+    @property
+    def hybrid(self) -> bool:
+        """Anything but full attention alone: played real release against real release only."""
+        return self.name != "full"

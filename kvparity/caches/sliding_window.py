@@ -1,0 +1,54 @@
+"""A hybrid sliding-window model (issue 34): a window pool beside the full one, a window from below a
+page to beyond any prompt."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+from hypothesis import strategies as st
+
+from kvparity.caches.kind import CacheKind
+from kvparity.model.traffic import LOOPS, ServerConfig, window_slots
+
+# Its window in the harness drive's worlds: below most drawn prompts (the window slides), above a
+# page; its slots are freed every 2 tokens that slide out (SGLang's default, 128, is past every
+# drawn sequence).
+HARNESS_WINDOW = 8
+HARNESS_EVICTION_INTERVAL = 2
+
+
+@st.composite
+def windows(draw: Any, config: ServerConfig, window_pages: tuple[int, ...]) -> ServerConfig:
+    """``config`` as a hybrid sliding-window model's server: a window from below a page to beyond
+    any prompt (pages of 4 two times in three where the releases page their windows; with them, two
+    windows in seven below a page, two past one and not a whole number of them), window slots freed
+    after a few tokens slid out (three times in four; else SGLang's default interval, which these
+    short requests never reach), the window pool SGLang's default share."""
+    page_size = draw(st.sampled_from(window_pages + window_pages[1:]))  # a page past one token two times in three
+    chunked = config.chunked_prefill_size
+    if chunked is not None:
+        chunked = -(-chunked // page_size) * page_size
+    return dataclasses.replace(
+        config, page_size=page_size, chunked_prefill_size=chunked,
+        # 80: beyond every drawn prompt, within every drawn window pool (a window wider than its
+        # pool is no server's: SGLang then admits nothing and the run stalls).
+        sliding_window=draw(st.sampled_from((8, 1, 3, 6, 16, 10, 80))),
+        swa_eviction_interval=draw(st.sampled_from((1, 4, 1, None))))
+
+
+def harness_options(geometry: Any, offer: Any) -> dict[str, Any]:
+    """The harness drive's window and its default window pool, sized for ``geometry``."""
+    return {"sliding_window": HARNESS_WINDOW, "swa_eviction_interval": HARNESS_EVICTION_INTERVAL,
+            "swa_kv_slots": max(geometry.page_size, window_slots(geometry.kv_slots, geometry.page_size, None))}
+
+
+KIND = CacheKind(
+    name="swa", label="sliding window", loops=LOOPS, host_tier=False, default=True,
+    served_by=lambda release: True,
+    describes=lambda config: config.sliding_window is not None and config.mamba_slots is None,
+    serve=lambda draw, config, options: draw(windows(config, options.window_pages)),
+    harness_options=harness_options,
+    # Pages above 1 where every release of the lane pages its window pool.
+    harness_paged=lambda paged_windows: paged_windows,
+)

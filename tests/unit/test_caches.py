@@ -1,0 +1,62 @@
+"""The cache kinds (``kvparity.caches``, issue 50): one registered record per kind, looked up by
+name, in the order reports list them; every server is of one kind, and a kind draws its own."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+
+from kvparity import caches
+from kvparity.engine.real.versions import entry
+from kvparity.model.traffic import ServerConfig
+from kvparity.model.traffic_strategies import ServeOptions, traffic_scenarios
+
+
+def test_the_kinds_are_registered_in_the_order_reports_list_them():
+    assert caches.names() == ("full", "swa", "mamba", "hicache", "hicache-mamba")
+    assert caches.default_names() == ("full", "swa", "mamba")  # a host tier is asked for by name
+    assert [k.name for k in caches.KINDS.values() if k.host_tier] == ["hicache", "hicache-mamba"]
+    assert caches.get("mamba").loops == ("normal",)  # its tree without a state buffer refuses the overlap loop
+
+
+def test_an_unknown_kind_is_refused_naming_the_known_ones():
+    with pytest.raises(ValueError, match="'paged': expected one of full, swa, mamba, hicache, hicache-mamba"):
+        caches.get("paged")
+
+
+def test_a_kind_registered_twice_is_refused():
+    with pytest.raises(ValueError, match="'swa' is registered twice"):
+        caches.register(caches.get("swa"))
+
+
+@pytest.mark.parametrize("fields, name", [
+    ({}, "full"),
+    ({"sliding_window": 8}, "swa"),
+    ({"mamba_slots": 24}, "mamba"),
+    ({"hicache_ratio": 0.75}, "hicache"),
+    ({"mamba_slots": 24, "hicache_ratio": 0.75}, "hicache-mamba"),
+])
+def test_a_server_is_of_the_most_specific_kind_that_describes_it(fields, name):
+    assert caches.kind_of(ServerConfig(**fields)).name == name
+
+
+@pytest.mark.parametrize("name", caches.names())
+def test_a_kind_draws_servers_of_its_own_kind(name):
+    kind = caches.get(name)
+
+    @settings(max_examples=15, derandomize=True, database=None, deadline=None, suppress_health_check=list(HealthCheck))
+    @given(traffic_scenarios(kind=kind, options=ServeOptions(nemesis=True)))
+    def check(scenario):
+        assert caches.kind_of(scenario.config) is kind
+
+    check()
+
+
+@pytest.mark.parametrize("release, served", [
+    ("0.5.3", ("full", "swa", "hicache")),
+    ("0.5.3.post2", ("full", "swa", "mamba", "hicache")),
+    ("0.5.16", ("full", "swa", "mamba", "hicache", "hicache-mamba")),
+])
+def test_which_releases_serve_a_kind_their_version_entries_say(release, served):
+    facts = entry(release)
+    assert tuple(k.name for k in caches.KINDS.values() if k.served_by(facts)) == served
