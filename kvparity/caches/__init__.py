@@ -10,10 +10,10 @@ from kvparity.caches.host_tier import KIND as HOST_TIER
 from kvparity.caches.kind import CacheKind, ReleaseFacts
 from kvparity.caches.mamba import KIND as MAMBA
 from kvparity.caches.mamba_host_tier import KIND as MAMBA_HOST_TIER
-from kvparity.caches.registry import KINDS, default_names, get, kind_of, names, register
+from kvparity.caches.registry import KINDS, classes, default_names, get, kind_of, names, register
 from kvparity.caches.sliding_window import KIND as SLIDING_WINDOW
 
 for _kind in (FULL, SLIDING_WINDOW, MAMBA, HOST_TIER, MAMBA_HOST_TIER):
     register(_kind)
 
-__all__ = ["KINDS", "CacheKind", "ReleaseFacts", "default_names", "get", "kind_of", "names", "register"]
+__all__ = ["KINDS", "CacheKind", "ReleaseFacts", "classes", "default_names", "get", "kind_of", "names", "register"]

@@ -9,6 +9,7 @@ from typing import Any
 from hypothesis import strategies as st
 
 from kvparity.caches.kind import CacheKind
+from kvparity.model.classes import TRAFFIC_HOST
 from kvparity.model.traffic import EVERY_HOST_TIER, HICACHE_WRITE_POLICIES, LOOPS, HostOffer, ServerConfig
 
 # A host tier in the harness drive's worlds (``HostTier``'s fields): smaller than the device's pool,
@@ -51,4 +52,5 @@ KIND = CacheKind(
     serve=lambda draw, config, options: draw(host_tiers(config, options.host_offer, options.nemesis)),
     harness_options=harness_options,
     harness_paged=lambda paged_windows: True,
+    classes=TRAFFIC_HOST,
 )

@@ -46,6 +46,7 @@ class CacheKind:
     # whether every release of the lane pages a window pool).
     harness_options: Callable[[Any, HostOffer], dict[str, Any]]
     harness_paged: Callable[[bool], bool]
+    classes: tuple[str, ...] = ()  # the scenario shapes of its own a report counts (``kvparity.model.classes``)
 
     @property
     def hybrid(self) -> bool:

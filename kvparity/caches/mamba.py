@@ -9,6 +9,7 @@ from typing import Any
 from hypothesis import strategies as st
 
 from kvparity.caches.kind import CacheKind
+from kvparity.model.classes import TRAFFIC_STATE
 from kvparity.model.traffic import MAMBA_SLOTS_PER_REQUEST, ServerConfig
 
 
@@ -33,4 +34,5 @@ KIND = CacheKind(
     serve=lambda draw, config, options: draw(mamba_models(config)),
     harness_options=harness_options,
     harness_paged=lambda paged_windows: False,
+    classes=TRAFFIC_STATE,
 )

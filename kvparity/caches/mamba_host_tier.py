@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from kvparity.caches.host_tier import KIND as HOST
 from kvparity.caches.host_tier import harness_options as host_options
 from kvparity.caches.host_tier import host_tiers
 from kvparity.caches.kind import CacheKind
@@ -31,4 +32,5 @@ KIND = CacheKind(
     serve=serve,
     harness_options=harness_options,
     harness_paged=lambda paged_windows: False,
+    classes=HOST.classes + MAMBA.classes,
 )

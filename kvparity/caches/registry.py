@@ -32,6 +32,11 @@ def default_names() -> tuple[str, ...]:
     return tuple(name for name, kind in KINDS.items() if kind.default)
 
 
+def classes() -> tuple[str, ...]:
+    """Every kind's scenario shapes of its own, each once, in the registry's order."""
+    return tuple(dict.fromkeys(name for kind in KINDS.values() for name in kind.classes))
+
+
 def kind_of(config: ServerConfig) -> CacheKind:
     """The kind a server is of: the last registered that describes it (the most specific)."""
     return [kind for kind in KINDS.values() if kind.describes(config)][-1]

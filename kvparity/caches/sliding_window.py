@@ -9,6 +9,7 @@ from typing import Any
 from hypothesis import strategies as st
 
 from kvparity.caches.kind import CacheKind
+from kvparity.model.classes import TRAFFIC_WINDOW
 from kvparity.model.traffic import LOOPS, ServerConfig, window_slots
 
 # Its window in the harness drive's worlds: below most drawn prompts (the window slides), above a
@@ -51,4 +52,5 @@ KIND = CacheKind(
     harness_options=harness_options,
     # Pages above 1 where every release of the lane pages its window pool.
     harness_paged=lambda paged_windows: paged_windows,
+    classes=TRAFFIC_WINDOW,
 )

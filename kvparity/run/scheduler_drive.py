@@ -34,13 +34,10 @@ from kvparity.mem_cache.schedule_policy import POLICIES
 from kvparity.model.classes import (
     TRAFFIC_ABORTS,
     TRAFFIC_CHUNK_IN_FLIGHT_FREED,
-    TRAFFIC_HOST,
     TRAFFIC_NEMESIS,
     TRAFFIC_PYTHON_CORE,
     TRAFFIC_REQUIRED,
-    TRAFFIC_STATE,
     TRAFFIC_STORAGE_READ_FAULT,
-    TRAFFIC_WINDOW,
     TRAFFIC_WINDOW_BELOW_PAGE,
     TRAFFIC_WINDOW_OFF_PAGE,
 )
@@ -125,7 +122,8 @@ class SchedulerDrive:
     counts_all = True
     required: tuple[str, ...] = TRAFFIC_REQUIRED
     # Shown by task, not required: the hybrid models' and the nemesis's.
-    model_classes: tuple[str, ...] = TRAFFIC_WINDOW + TRAFFIC_STATE + TRAFFIC_HOST + TRAFFIC_NEMESIS + (TRAFFIC_PYTHON_CORE,)
+    # The cache kinds' own shapes (each once, in the registry's order), the nemesis's, the Python core's.
+    model_classes: tuple[str, ...] = caches.classes() + TRAFFIC_NEMESIS + (TRAFFIC_PYTHON_CORE,)
 
     def __init__(self, spec: SchedulerSpec, players: tuple[TrafficPlayer, TrafficPlayer] | None = None) -> None:
         """``players``: the caller's (reference, checked), closed by the caller; without them, the

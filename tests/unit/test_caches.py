@@ -60,3 +60,9 @@ def test_a_kind_draws_servers_of_its_own_kind(name):
 def test_which_releases_serve_a_kind_their_version_entries_say(release, served):
     facts = entry(release)
     assert tuple(k.name for k in caches.KINDS.values() if k.served_by(facts)) == served
+
+
+def test_a_report_counts_each_kinds_shapes_once_in_the_registrys_order():
+    from kvparity.model.classes import TRAFFIC_HOST, TRAFFIC_STATE, TRAFFIC_WINDOW
+
+    assert caches.classes() == TRAFFIC_WINDOW + TRAFFIC_STATE + TRAFFIC_HOST  # a Mamba host tier's: no new ones
