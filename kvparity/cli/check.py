@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from kvparity import caches as cache_kinds
 from kvparity.candidate.targets import CHECK_TARGETS, REGISTRY, WHOLE_PATH
 from kvparity.cli.check_plan import (
     DEFAULT_EXAMPLES,
@@ -270,7 +271,7 @@ def replay_argv(args: argparse.Namespace, path: Path, drive: str, model: str = "
                                                    ("--drive", None if drive == "harness" else drive))
     if drive == "harness":
         options += (("--backend", args.backend), ("--tree-class", args.tree_class), ("--device", args.device),
-                    ("--caches", None if model == "full" else model))
+                    ("--caches", model if cache_kinds.get(model).hybrid else None))
     for option, value in options:
         if value is not None:
             argv += [option, value]
