@@ -30,7 +30,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from kvparity import caches as cache_kinds
 from kvparity.candidate.targets import CHECK_TARGETS, REGISTRY, WHOLE_PATH
 from kvparity.cli.check_plan import (
     DEFAULT_EXAMPLES,
@@ -271,13 +270,21 @@ def replay_argv(args: argparse.Namespace, path: Path, drive: str, model: str = "
                                                    ("--drive", None if drive == "harness" else drive))
     if drive == "harness":
         options += (("--backend", args.backend), ("--tree-class", args.tree_class), ("--device", args.device),
-                    ("--caches", model if cache_kinds.get(model).hybrid else None))
+                    ("--caches", model if _hybrid(model) else None))
     for option, value in options:
         if value is not None:
             argv += [option, value]
     if drive == "scheduler" and getattr(args, "undo_changes", None):
         argv.append("--undo-changes")
     return argv + ["--replay", str(path)]
+
+
+def _hybrid(model: str) -> bool:
+    """Whether ``model`` names a hybrid cache kind (imported here: the device is chosen before
+    anything that loads the kernels)."""
+    from kvparity import caches
+
+    return caches.get(model).hybrid
 
 
 def _model(plan: CheckPlan) -> str:

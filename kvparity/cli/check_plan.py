@@ -10,7 +10,6 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
-from kvparity import caches as cache_kinds
 from kvparity.judge.power import parse_reach, scenarios_for
 from kvparity.model.worlds import MODELLED_RELEASES
 
@@ -46,6 +45,8 @@ class CheckPlan:
 
 def caches_option(text: str) -> tuple[str, ...]:
     """``--caches``'s value: registered cache kinds' names, comma-separated, in the registry's order."""
+    from kvparity import caches as cache_kinds  # lazily: the device is chosen before the kernels load
+
     names = [n.strip() for n in text.split(",") if n.strip()]
     unknown = [n for n in names if n not in cache_kinds.KINDS]
     if unknown or not names:
@@ -60,7 +61,8 @@ def chosen_drive(args: argparse.Namespace) -> str:
     if args.drive is not None:
         return str(args.drive)
     real_pair = bool(getattr(args, "sglang", None) and getattr(args, "against", None))
-    hybrid = any(cache_kinds.get(cache).hybrid for cache in (getattr(args, "caches", None) or ()))
+    # By name, not through the registry: it loads the kernels, and the drive is chosen before the device.
+    hybrid = any(cache != "full" for cache in (getattr(args, "caches", None) or ()))
     return "both" if real_pair and (hybrid or getattr(args, "nemesis", None)) else "harness"
 
 
@@ -117,6 +119,7 @@ def scheduler_spec(real: Any, caches: tuple[str, ...] | None = None, undo_change
     """The scheduler drive's two players, or why this run has none (a sentence); ``caches``: the
     models its tasks serve (None: ``caches.default_names()``, those both players serve); ``undo_changes``: the
     checked release plays with its own named changes undone (real against real only)."""
+    from kvparity import caches as cache_kinds  # lazily: the device is chosen before the kernels load
     from kvparity.run.scheduler_drive import PlayerSpec, SchedulerSpec
 
     if undo_changes:
@@ -171,6 +174,8 @@ def harness_models(real: Any, caches: tuple[str, ...] | None) -> tuple[str, ...]
     """The models the harness drive's worlds serve, one plan each: full attention unless
     ``--caches`` names others (a hybrid model: real against real, where both releases serve it;
     not by default, it multiplies the drive's time), or why not (a sentence)."""
+    from kvparity import caches as cache_kinds  # lazily: the device is chosen before the kernels load
+
     if caches is None:
         return ("full",)
     hybrid = [c for c in caches if cache_kinds.get(c).hybrid]
@@ -183,6 +188,8 @@ def harness_models(real: Any, caches: tuple[str, ...] | None) -> tuple[str, ...]
 
 def _both_serve(real: Any, cache: str) -> bool:
     """Whether kvparity drives both releases of ``real`` serving ``cache``."""
+    from kvparity import caches as cache_kinds  # lazily: the device is chosen before the kernels load
+
     served_by = cache_kinds.get(cache).served_by
     return bool(served_by(real.reference.entry) and served_by(real.checked.entry))
 
