@@ -42,10 +42,10 @@ class CacheKind:
     describes: Callable[[ServerConfig], bool]  # whether a server is of this kind (the most specific kind first)
     serve: Serve  # its server, drawn (``traffic_scenarios``)
     # The harness drive's worlds: their options, sized for a scenario's geometry under the host
-    # tiers a release pair takes, and whether their templates take page sizes above 1 (given a
-    # question it may ask: whether every release of the lane pages a window pool).
+    # tiers a release pair takes, and whether their templates take page sizes above 1 (given
+    # whether every release of the lane pages a window pool).
     harness_options: Callable[[Any, HostOffer], dict[str, Any]]
-    harness_paged: Callable[[Callable[[], bool]], bool]
+    harness_paged: Callable[[bool], bool]
     classes: tuple[str, ...] = ()  # the scenario shapes of its own a report counts (``kvparity.model.classes``)
 
     @property

@@ -51,6 +51,6 @@ KIND = CacheKind(
     serve=lambda draw, config, options: draw(windows(config, options.window_pages)),
     harness_options=harness_options,
     # Pages above 1 where every release of the lane pages its window pool.
-    harness_paged=lambda paged_windows: paged_windows(),
+    harness_paged=lambda paged_windows: paged_windows,
     classes=TRAFFIC_WINDOW,
 )

@@ -36,6 +36,7 @@ from kvparity.cli.check_plan import (
     DEFAULT_TRAFFIC_EXAMPLES,
     DRIVES,
     CheckPlan,
+    cache_kinds,
     caches_option,
     check_plans,
     drive_option_problem,
@@ -270,21 +271,13 @@ def replay_argv(args: argparse.Namespace, path: Path, drive: str, model: str = "
                                                    ("--drive", None if drive == "harness" else drive))
     if drive == "harness":
         options += (("--backend", args.backend), ("--tree-class", args.tree_class), ("--device", args.device),
-                    ("--caches", model if _hybrid(model) else None))
+                    ("--caches", model if cache_kinds().get(model).hybrid else None))
     for option, value in options:
         if value is not None:
             argv += [option, value]
     if drive == "scheduler" and getattr(args, "undo_changes", None):
         argv.append("--undo-changes")
     return argv + ["--replay", str(path)]
-
-
-def _hybrid(model: str) -> bool:
-    """Whether ``model`` names a hybrid cache kind (imported here: the device is chosen before
-    anything that loads the kernels)."""
-    from kvparity import caches
-
-    return caches.get(model).hybrid
 
 
 def _model(plan: CheckPlan) -> str:

@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 from dataclasses import dataclass
+from types import ModuleType
 from typing import Any
 
 from kvparity.judge.power import parse_reach, scenarios_for
@@ -43,15 +44,21 @@ class CheckPlan:
     shrink_budget_s: float | None
 
 
+def cache_kinds() -> ModuleType:
+    """The cache kinds' registry (``kvparity.caches``), imported when asked: it loads the kernels,
+    and the device is chosen after the arguments are read."""
+    from kvparity import caches
+
+    return caches
+
+
 def caches_option(text: str) -> tuple[str, ...]:
     """``--caches``'s value: registered cache kinds' names, comma-separated, in the registry's order."""
-    from kvparity import caches as cache_kinds  # lazily: the device is chosen before the kernels load
-
     names = [n.strip() for n in text.split(",") if n.strip()]
-    unknown = [n for n in names if n not in cache_kinds.KINDS]
-    if unknown or not names:
-        raise argparse.ArgumentTypeError(f"{text!r}: expected some of {', '.join(cache_kinds.names())}, comma-separated")
-    return tuple(c for c in cache_kinds.names() if c in names)
+    known = cache_kinds().names()
+    if not names or any(n not in known for n in names):
+        raise argparse.ArgumentTypeError(f"{text!r}: expected some of {', '.join(known)}, comma-separated")
+    return tuple(c for c in known if c in names)
 
 
 def chosen_drive(args: argparse.Namespace) -> str:
@@ -119,17 +126,16 @@ def scheduler_spec(real: Any, caches: tuple[str, ...] | None = None, undo_change
     """The scheduler drive's two players, or why this run has none (a sentence); ``caches``: the
     models its tasks serve (None: ``caches.default_names()``, those both players serve); ``undo_changes``: the
     checked release plays with its own named changes undone (real against real only)."""
-    from kvparity import caches as cache_kinds  # lazily: the device is chosen before the kernels load
     from kvparity.run.scheduler_drive import PlayerSpec, SchedulerSpec
 
     if undo_changes:
         problem = undo_problem(real)
         if problem is not None:
             return problem
-    if caches is not None and (real is None or real.reference is None) and any(cache_kinds.get(c).hybrid for c in caches):
+    if caches is not None and (real is None or real.reference is None) and any(cache_kinds().get(c).hybrid for c in caches):
         return (f"--caches {','.join(caches)}: kvparity's model of a scheduler serves full attention only; the "
                 f"hybrid caches are checked real release against real release (--sglang A --against B)")
-    caches = caches or cache_kinds.default_names()
+    caches = caches or cache_kinds().default_names()
     if real is None:
         return SchedulerSpec(PlayerSpec("model", "legacy"), PlayerSpec("model", "refactored"))
     checked = PlayerSpec("real", real.checked.path if real.checked.origin == "path" else real.checked.version)
@@ -174,23 +180,19 @@ def harness_models(real: Any, caches: tuple[str, ...] | None) -> tuple[str, ...]
     """The models the harness drive's worlds serve, one plan each: full attention unless
     ``--caches`` names others (a hybrid model: real against real, where both releases serve it;
     not by default, it multiplies the drive's time), or why not (a sentence)."""
-    from kvparity import caches as cache_kinds  # lazily: the device is chosen before the kernels load
-
     if caches is None:
         return ("full",)
-    hybrid = [c for c in caches if cache_kinds.get(c).hybrid]
+    hybrid = [c for c in caches if cache_kinds().get(c).hybrid]
     if hybrid and (real is None or real.reference is None):
         return (f"--caches {','.join(caches)}: the harness drive plays a hybrid model real release against real "
                 f"release only (--sglang A --against B)")
-    served = tuple(c for c in caches if not cache_kinds.get(c).hybrid or _both_serve(real, c))
+    served = tuple(c for c in caches if not cache_kinds().get(c).hybrid or _both_serve(real, c))
     return served or _none_served(real, caches)
 
 
 def _both_serve(real: Any, cache: str) -> bool:
     """Whether kvparity drives both releases of ``real`` serving ``cache``."""
-    from kvparity import caches as cache_kinds  # lazily: the device is chosen before the kernels load
-
-    served_by = cache_kinds.get(cache).served_by
+    served_by = cache_kinds().get(cache).served_by
     return bool(served_by(real.reference.entry) and served_by(real.checked.entry))
 
 

@@ -76,10 +76,10 @@ class HarnessDrive:
         # A hybrid model's worlds: the radix cache, page sizes their pools take (a window pool's
         # above 1 where every release's takes them; a Mamba tree's 1 only; a host tier's any).
         self.kind = caches.get(spec.model)
-        paged = self.kind.hybrid and self.kind.harness_paged(
-            lambda: lane is not None and all(s.entry.paged_swa for s in lane.sources))
+        paged = self.kind.hybrid and self.kind.harness_paged(  # (a full-attention lane may be a stand-in)
+            lane is not None and all(s.entry.paged_swa for s in lane.sources))
         self.templates = hybrid_templates(paged) if self.kind.hybrid else TEMPLATES
-        self.page_sizes = (None if paged else (1,)) if self.kind.hybrid else None
+        self.page_sizes = None if paged or not self.kind.hybrid else (1,)
 
     # ---- drawing ----------------------------------------------------------------------------------
     def tasks(self, examples: int, seed: int | None) -> list[Task]:
