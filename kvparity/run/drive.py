@@ -59,6 +59,7 @@ class Finding:
     defect: bool = False
     known: KnownDefect | None = None  # a defect SGLang is known to have, as its registry holds it
     detail: str = ""  # what else a report shows of it (SGLang's traceback, where it raised)
+    kind: str = ""  # what was met, without where (the label names both, and the known defect it is)
 
 
 @dataclass

@@ -25,7 +25,7 @@ from typing import Any
 
 from kvparity import caches
 from kvparity.engine.real.changes import Change, changes_between
-from kvparity.engine.real.defects import known_defect
+from kvparity.engine.real.defects import KnownDefect, known_defect
 from kvparity.engine.traffic_players import ModelTrafficPlayer, RealTrafficPlayer, TrafficPlayer
 from kvparity.engine.traffic_run import TrafficRun
 from kvparity.judge.admission import TrafficJudgement, judge_traffic, traffic_problems
@@ -399,9 +399,8 @@ def _defects_part(verdict: Verdict, rows: list[tuple[str, Any]]) -> str:
         return ""
     whats = []
     for finding in defects.values():
-        kind = finding.label.removeprefix(finding.where + ": ")
         known = f", known: {finding.known.name}" if finding.known else ""
-        whats.append(f"{kind} in {finding.where.removesuffix(OWN_SCHEDULER)}{known}")
+        whats.append(f"{finding.kind} in {finding.where.removesuffix(OWN_SCHEDULER)}{known}")
     where = ", ".join(dict.fromkeys(p for p, r in rows if r.defective))
     return f"{'; '.join(dict.fromkeys(whats))}, under {where}"
 
@@ -437,8 +436,15 @@ def _findings(player: TrafficPlayer, scenario: TrafficScenario, run: TrafficRun)
     out = []
     for kind, (line, defect, detail) in found.items():
         known = known_defect(player.release, scenario.config, kind, line) if defect else None
-        out.append(Finding(f"{player.name}: {kind}", player.name, line, defect, known, detail))
+        out.append(Finding(_label(player.name, kind, known), player.name, line, defect, known, detail, kind))
     return tuple(out)
+
+
+def _label(where: str, kind: str, known: KnownDefect | None) -> str:
+    """What a finding is counted under: where and what, and the known defect it is, so that a group
+    is known only when every scenario in it met that defect (an unknown one of the same kind, in the
+    same player, is counted apart)."""
+    return f"{where}: {kind}" + (f" ({known.name})" if known else "")
 
 
 def _accounting(run: TrafficRun, iteration: int) -> str:

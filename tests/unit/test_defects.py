@@ -57,6 +57,22 @@ def test_a_defect_both_runs_share_fails_the_check(drive):
     assert to_json(verdict, drive)["verdict"] == "defect"
 
 
+def test_a_finding_is_counted_as_known_only_where_the_release_is_known_to_have_it(drive):
+    """Two scenarios whose runs raise, one with SGLang's known Mamba leak (0.5.9), one with another
+    error: two groups, each labelled by what its own scenarios met, whichever was met first."""
+    mamba = TrafficScenario(ServerConfig(mamba_slots=MAMBA_SLOTS_PER_REQUEST * 8), SCENARIO.arrivals)
+    leak = StopError(1, "ValueError: memory leak detected! mamba_available_size=3, leaked_mamba_pages={6}")
+    other = StopError(1, "AssertionError: deep in the host tier")
+    row = Row("fcfs, normal loop", (0, 0))
+    for error in (leak, other, leak):
+        row.count(drive.judged(mamba, (run(error=error), run(error=error)), drive.checked_player), row.task)
+    verdict = Verdict("scheduler", drive.reference, drive.checked, [row], TRAFFIC_REQUIRED, counts_all=True)
+    raised = "sglang-0.5.9 (SGLang's own scheduler): the scheduler raised"
+    assert {label: f.known and f.known.name for label, f in verdict.defects.items()} == {
+        raised: None, f"{raised} (Mamba state leaked by a refused request)": "Mamba state leaked by a refused request"}
+    assert verdict.findings == {raised: 1, f"{raised} (Mamba state leaked by a refused request)": 2}
+
+
 def test_an_in_flight_table_change_over_the_same_kv_is_no_defect_a_read_of_wrong_kv_is(drive):
     """A live cell rewritten to the tree's duplicate slot while its batch is in flight reads the
     same KV (every release does it): reported, not a defect. A finished request's row given away

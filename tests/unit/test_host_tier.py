@@ -478,3 +478,40 @@ def test_the_harness_drive_loads_a_host_hit_back_and_reads_it(tmp_path, name, mo
     lines = [v.line() for v in result.violations]
     assert lines and all(v.world == f"{name}@{mutant.version}/torch" for v in result.violations), lines
     assert read in lines[0] and "r1" in lines[0], lines
+
+
+def backed_off_load_back_scenario(**change: object) -> TrafficScenario:
+    """A Mamba model's host tier, write_back, acknowledgements 2 passes late (shrunk from the
+    nemesis's controls of 0.5.20 to 0.5.22): c0's 30 tokens and three prompts of their own (one
+    aborted between chunks) push c0 to the host; s loads c0's prompt back, and its load pins the
+    node at 24 tokens until acknowledged; the next pass r3 (c0's first 26 tokens) matches 20 on the
+    device and the state at 24 on the host, in that pinned node."""
+    def own(rid: str, start: int, n: int, out: int = 1) -> Arrival:
+        return Arrival(rid, tuple(range(start, start + n)), out)
+
+    config = ServerConfig(schedule_policy="lpm", pool_rows=4, kv_slots=128, max_prefill_tokens=15,
+                          chunked_prefill_size=24, max_running_requests=4, mamba_slots=20, hicache_ratio=2.0,
+                          hicache_write_policy="write_back", hicache_ack_delay=2)
+    return TrafficScenario(dataclasses.replace(config, **change), (
+        (own("c0", 200000, 30),), (own("f1", 201000, 63),), (), (), (own("f6", 206000, 57),), (),
+        (own("f8", 208000, 50),), (own("r1", 200000, 29, 5), own("r3", 200000, 26)),
+        (Arrival("s", tuple(range(200000, 200030)) + tuple(range(80000, 80004)), 2),),
+    ), abort_when=(("*", "between chunks"),))
+
+
+def test_a_mamba_load_back_backed_off_by_another_loads_pin_extends_from_the_empty_state(release_workers):
+    """A known SGLang defect (0.5.20 to 0.5.23): r3's load-back is rejected (the node is pinned by
+    s's load, not yet acknowledged), and SGLang admits r3 on its 20 device tokens without their
+    state, so its extend reads the empty state. On time, or under write_through (no pins): none."""
+    from kvparity.engine.real.defects import CANARY, known_defect
+    from kvparity.engine.traffic_run import TrafficRun
+
+    scenario = backed_off_load_back_scenario()
+    config, arrivals = scenario.to_plain()
+    run = TrafficRun.from_plain(release_workers("0.5.21").call("run_traffic", config=config, arrivals=arrivals))
+    reads = [read for snap in run.memory for read in snap.record.canary]
+    assert [(read.rid, read.position, read.found) for read in reads][:1] == [("r3", 19, None)]
+    known = known_defect("0.5.21", scenario.config, CANARY, reads[0].line())
+    assert known is not None and known.name == "Mamba load-back backed off onto a prefix without its state"
+    _played(release_workers, "0.5.21", backed_off_load_back_scenario(hicache_ack_delay=0))
+    _played(release_workers, "0.5.21", backed_off_load_back_scenario(hicache_write_policy="write_through"))

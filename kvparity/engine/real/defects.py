@@ -145,6 +145,22 @@ KNOWN_DEFECTS: tuple[KnownDefect, ...] = (
         "same traffic raises nothing with storage off, write_through, a host of 192 or the normal loop; 0.5.21 and "
         "0.5.15 do not raise on it; not traced further than these conditions, which are the Mamba model's", RAISED,
         ("out of memory", "full_evictable_size_="), "hicache", _write_back_to_storage),
+    # Found by the nemesis's host-tier tasks (the controls of 0.5.20 to 0.5.22 against themselves),
+    # shrunk, then traced on 0.5.21 with a log on the load-back path.
+    KnownDefect(
+        "Mamba load-back backed off onto a prefix without its state", "0.5.20", "0.5.23",
+        "a Mamba model's host tier, write_back: a load-back not yet acknowledged pins the nodes whose KV it loads "
+        "(load_back_pending_id); a second request whose device match ends short of them, with the state it needs "
+        "on the host in a pinned node, gets an empty load-back spec (build_load_back_spec rejects a transfer that "
+        "names a node another load-back pins), and add_one_req recomputes its admission without the host hit but "
+        "keeps its device prefix, whose end holds no state: its fresh state slot is cleared and its extend reads "
+        "the empty state (wrong output, no error)",
+        "the back-off is sgl-project/sglang#35931 (\"the request recomputes\"); #36317 stopped Mamba transfers "
+        "pinning nodes, but the rejection still reads their nodes; no upstream issue found; not fixed as of 0.5.23 "
+        "(the latest driven); 0.5.19 has no back-off; shrunk: s loads a 30-token prefix back, and the next pass r3 "
+        "matches 20 device tokens and the state at 24 on the host, acknowledgements 2 passes late; 0.5.20 to 0.5.23 "
+        "read the empty state, 0.5.19 none; none with write_through or acknowledgements 0 or 1 pass late", CANARY,
+        ("holds the empty state",), "hicache-mamba", lambda config: config.hicache_write_policy == "write_back"),
 )
 
 
