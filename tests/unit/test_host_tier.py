@@ -515,3 +515,17 @@ def test_a_mamba_load_back_backed_off_by_another_loads_pin_extends_from_the_empt
     assert known is not None and known.name == "Mamba load-back backed off onto a prefix without its state"
     _played(release_workers, "0.5.21", backed_off_load_back_scenario(hicache_ack_delay=0))
     _played(release_workers, "0.5.21", backed_off_load_back_scenario(hicache_write_policy="write_through"))
+
+
+def test_a_refused_request_counts_as_a_refused_load_back_when_any_of_its_prefix_waits_on_the_host():
+    """SGLang's own answer where a release has one (0.5.19+): a Mamba model's request whose state
+    alone waits on the host (its KV on the device) needs a load-back as much as one whose KV does.
+    Before 0.5.19, only the KV's host hit says so."""
+    from types import SimpleNamespace
+
+    from kvparity.engine.real.scheduler_shell import _waits_on_host
+
+    state_only = SimpleNamespace(host_hit_length=0, needs_host_load_back=lambda: True)
+    assert _waits_on_host(state_only)
+    assert not _waits_on_host(SimpleNamespace(host_hit_length=0, needs_host_load_back=lambda: False))
+    assert _waits_on_host(SimpleNamespace(host_hit_length=3)) and not _waits_on_host(SimpleNamespace(host_hit_length=0))

@@ -538,11 +538,18 @@ def _record_admission_budget(mod: Any, shell: Any) -> None:
             started = set(getattr(shell.tree_cache, "ongoing_load_back", None) or ()) - before
             if started:
                 shell._kvp_loading[req.rid] = started
-            if getattr(result, "name", None) == "NO_TOKEN" and (getattr(req, "host_hit_length", 0) or 0) > 0:
+            if getattr(result, "name", None) == "NO_TOKEN" and _waits_on_host(req):
                 count_refused_load(shell.tree_cache)
             return result
 
     mod.PrefillAdder = RecordingAdder
+
+
+def _waits_on_host(req: Any) -> bool:
+    """Whether a request's prefix waits on the host: SGLang's own answer where the release has one
+    (0.5.19+: its KV, its window or its Mamba state there), else whether its KV is."""
+    needs = getattr(req, "needs_host_load_back", None)
+    return bool(needs()) if needs is not None else (getattr(req, "host_hit_length", 0) or 0) > 0
 
 
 def _held_reqs(shell: Any) -> list[Any]:
