@@ -177,7 +177,7 @@ def mutant_judged(release_workers, tmp_path):
     mutates, on one traffic scenario: the judgement and the copy's run. It asserts first that the
     release against itself agrees (the difference is the mutant's)."""
     from kvparity.engine.real.install import resolve
-    from kvparity.engine.traffic_players import RealTrafficPlayer
+    from kvparity.engine.real.players import RealTrafficPlayer
     from kvparity.judge.admission import judge_traffic
     from kvparity.teeth.real_zoo import REAL_MUTANTS_BY_NAME, make_mutated_copy
 

@@ -120,7 +120,7 @@ def play(name: str, what: str, args: list[str], kvparity_root: Path, hook_dir: P
         if verdict.exists():
             data = json.loads(verdict.read_text())
             run.scenarios = data.get("scenarios")
-            if "first_difference" in data:  # the one verdict schema (kvparity.run.verdict.to_json)
+            if "first_difference" in data:  # the one verdict schema (kvparity.judge.verdict.to_json)
                 first = data["first_difference"] or {}
                 run.shrunk_size = _size((first.get("shrunk") or first).get("scenario"))
                 run.unshrunk_size = _size(first.get("scenario"))

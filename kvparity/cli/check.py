@@ -209,7 +209,7 @@ class Swept:
     """One drive of the run, swept: its verdict, the drive and what the report saved."""
 
     plan: CheckPlan
-    verdict: Any  # kvparity.run.verdict.Verdict
+    verdict: Any  # kvparity.judge.verdict.Verdict
     drive: Any
     status: int
 
@@ -476,8 +476,8 @@ def _resolve_real(args: argparse.Namespace) -> RealRun | int:
 def _write_outputs(args: argparse.Namespace, done: list[Swept], status: int) -> int:
     """The verdict's files (--json, --repro, --markdown), once it has been printed. A file that
     cannot be written after all is exit 2 with one sentence; the others are still written."""
+    from kvparity.judge.verdict import VERDICTS, to_json
     from kvparity.report.markdown import check_markdown
-    from kvparity.run.verdict import VERDICTS, to_json
 
     texts: dict[str, Callable[[], str]] = {}
     if args.json:
@@ -564,7 +564,7 @@ def _check_candidate(args: argparse.Namespace) -> int:
     """The candidate, in a sandboxed child process, against this repository's reference."""
     from kvparity.candidate.check import check_candidate
     from kvparity.candidate.loader import CandidateLoadError
-    from kvparity.report.markdown import candidate_markdown
+    from kvparity.candidate.markdown import candidate_markdown
 
     if args.target not in REGISTRY:  # the whole path: no plug-in target
         print("kvparity check: --target prepare_for_extend takes no candidate (SPEC section 9 gives SGLang's "

@@ -143,14 +143,15 @@ class _SchedulerReplayer(_Replaying):
     """A traffic scenario, scheduler-driven: A's own scheduler (played once) against the folder's."""
 
     def __init__(self, a: Any, scenario: Any) -> None:
-        from kvparity.engine.traffic_players import CachingPlayer, RealTrafficPlayer
+        from kvparity.engine.real.players import RealTrafficPlayer
+        from kvparity.engine.traffic_players import CachingPlayer
 
         self.a, self.scenario = a, scenario
         self.reference = CachingPlayer(RealTrafficPlayer(a))
         self.drive: Any = None
 
     def _play(self, source: Any) -> Any:
-        from kvparity.engine.traffic_players import RealTrafficPlayer
+        from kvparity.engine.real.players import RealTrafficPlayer
         from kvparity.run.scheduler_drive import PlayerSpec, SchedulerDrive, SchedulerSpec
 
         player = RealTrafficPlayer(source)

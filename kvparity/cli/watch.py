@@ -15,9 +15,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TextIO
 
+from kvparity.judge.verdict import Example
 from kvparity.report.progress import Progress
 from kvparity.run.events import QuietEvents
-from kvparity.run.verdict import Example
 
 
 class ScenarioFiles:

@@ -7,12 +7,10 @@ never from printed text."""
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from kvparity.judge.power import CONFIDENCE, percent, rules_out
-
-if TYPE_CHECKING:  # a report only reads results; what makes them sits above it
-    from kvparity.run.verdict import Example, Verdict
+from kvparity.judge.verdict import Example, Verdict
 
 # A drive whose required classes are at most this many lists each with its rate; a longer list
 # (the harness drive's) shows the ones not reached.

@@ -3,13 +3,9 @@ worlds differ, a compact table of the differing cells, and how to replay it."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from kvparity.judge.compare import Difference
 from kvparity.judge.differ import row_runs, short
-
-if TYPE_CHECKING:  # a report only reads a result; the runner that makes one sits above it
-    from kvparity.run.runner import RunResult
+from kvparity.judge.run_result import RunResult
 
 
 def difference_table(diffs: list[Difference], limit: int = 20) -> str:

@@ -2,24 +2,24 @@
 the console prints, the scenario count and, on a divergence, the first difference as the drive
 reports it (the differing cells, the oracle violations) and the shrunk scenario. Made for a CI job
 summary (GitHub's ``$GITHUB_STEP_SUMMARY``, written by ``scripts/action_check.sh``). Built from the
-result objects, never from printed text."""
+result objects, never from printed text. A candidate check's report is its own
+(``kvparity.candidate.markdown``), on these helpers."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-if TYPE_CHECKING:  # a report only reads results; what makes them sits above it
-    from kvparity.candidate.check import CheckResult
-    from kvparity.run.verdict import Verdict
+from kvparity.judge.verdict import Verdict
 
 
-def _code(text: str) -> str:
+def code(text: str) -> str:
     """``text`` as an inline code span (a backtick inside widens the fence)."""
     fence = "``" if "`" in text else "`"
     return f"{fence}{text}{fence}"
 
 
-def _block(text: str, language: str = "text") -> list[str]:
+def block(text: str, language: str = "text") -> list[str]:
+    """``text`` as a fenced block (a fence inside widens the fence)."""
     fence = "````" if "```" in text else "```"
     return [f"{fence}{language}", text, fence]
 
@@ -46,31 +46,17 @@ def check_markdown(verdict: Verdict, drive: Any, *, title: str = "kvparity check
         example = verdict.finding_example(label)
         if example is not None:
             detail = example.detail(label)
-            lines += ["", *_block(f"{example.line(label)}\n{example.shown.scenario.to_python()}"
+            lines += ["", *block(f"{example.line(label)}\n{example.shown.scenario.to_python()}"
                                   + (f"\n\n{detail.rstrip()}" if detail else ""))]
     example = verdict.shrunk
     if example is not None:
         shown = example.shown
-        lines += ["", f"**First difference** ({example.task}): {_code(shown.line)}", ""]
+        lines += ["", f"**First difference** ({example.task}): {code(shown.line)}", ""]
         if example.cause:
             lines += [f"Why: {example.cause}", ""]
-        lines += _block(drive.report(shown))
+        lines += block(drive.report(shown))
         lines += ["", "<details><summary>The shrunk scenario (Python) and how to replay it</summary>", "",
-                  *_block(shown.scenario.to_python(), "python"), "",
-                  *_block(f"kvparity check --drive {verdict.drive} --replay FILE  # FILE: the --json verdict", "sh"),
+                  *block(shown.scenario.to_python(), "python"), "",
+                  *block(f"kvparity check --drive {verdict.drive} --replay FILE  # FILE: the --json verdict", "sh"),
                   "", "</details>"]
     return "\n".join(lines).rstrip("\n") + "\n"
-
-
-def candidate_markdown(result: CheckResult, *, title: str = "kvparity check") -> str:
-    """The report of ``kvparity check --candidate``: the candidate's row, and its fault if any."""
-    lines = [f"### {title}: {result.verdict.upper()}", "",
-             "| target | candidate | batches played | verdict |", "|---|---|---:|---|",
-             f"| {_code(result.target)} | {_code(result.spec)} | {result.batches_run} of {result.drawn} drawn | "
-             f"{'**DIVERGENCE**' if result.verdict != 'parity' else 'parity'} |"]
-    if result.fault is not None:
-        lines += ["", f"**Fault: {result.fault.kind}**", "", *_block(result.fault.describe())]
-    if result.counterexample is not None:
-        lines += ["", "<details><summary>The shrunk batch</summary>", "",
-                  *_block(result.counterexample.describe()), "", "</details>"]
-    return "\n".join(lines) + "\n"

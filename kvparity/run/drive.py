@@ -3,7 +3,7 @@ drawn, played, judged, shrunk and reported.
 
 A ``Drive`` owns its scenario form, its strategy, its loop and its worker plugin; the sweep
 (``kvparity.run.sweep``), the shrinker (``kvparity.run.minimize``), the verdict and its JSON
-(``kvparity.run.verdict``), the reports (``kvparity.report``) and the matrix (``kvparity.run.matrix``)
+(``kvparity.judge.verdict``), the reports (``kvparity.report``) and the matrix (``kvparity.run.matrix``)
 are written once, over this interface. Two drives implement it:
 
 - ``kvparity.run.harness_drive.HarnessDrive``: step scenarios played by kvparity's own scheduler
@@ -23,11 +23,10 @@ not the reference shares it: "a defect in both").
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Protocol
+from dataclasses import dataclass
+from typing import Any, Protocol
 
-if TYPE_CHECKING:  # the registry's record, read only
-    from kvparity.engine.real.defects import KnownDefect
+from kvparity.judge.verdict import Finding, Played
 
 DRIVES = ("harness", "scheduler")
 
@@ -42,43 +41,6 @@ class Task:
     examples: int  # scenarios to draw in this shard
     seed: int | None  # None: derandomized
     shard: int = 0
-
-
-@dataclass(frozen=True)
-class Finding:
-    """Something a play met that is reported, not a divergence by itself: its ``label`` (what is
-    counted: a known defect, an in-flight finding's kind and class of one player, ...), where it
-    was seen (a world or player) and what was seen there."""
-
-    label: str
-    where: str
-    line: str
-    # A defect of the player's own run (an oracle it broke, a read of wrong KV, SGLang raising):
-    # it fails the check whether or not the reference shares it. Else a difference that is known
-    # and named (a renumbering, a release difference), reported and counted only.
-    defect: bool = False
-    known: KnownDefect | None = None  # a defect SGLang is known to have, as its registry holds it
-    detail: str = ""  # what else a report shows of it (SGLang's traceback, where it raised)
-    kind: str = ""  # what was met, without where (the label names both, and the known defect it is)
-
-
-@dataclass
-class Played:
-    """One scenario, played by every world or player of a drive, and judged."""
-
-    scenario: Any
-    agree: bool
-    kind: str | None  # the first difference's kind, what shrinking keeps (None when they agree)
-    line: str  # the first difference in one line ("" when they agree)
-    classes: frozenset[str] = frozenset()
-    findings: tuple[Finding, ...] = ()
-    result: Any = None  # the drive's own record of the play, for its report
-    facts: dict[str, Any] = field(default_factory=dict)  # what the run learnt of its worlds (their kernels)
-
-    @property
-    def defects(self) -> tuple[Finding, ...]:
-        """The findings that fail the check on their own (``Finding.defect``)."""
-        return tuple(f for f in self.findings if f.defect)
 
 
 class Drive(Protocol):

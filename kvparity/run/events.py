@@ -7,7 +7,7 @@ from __future__ import annotations
 import time
 from typing import Any, Protocol
 
-from kvparity.run.verdict import Example
+from kvparity.judge.verdict import Example
 
 
 class SweepEvents(Protocol):

@@ -40,8 +40,8 @@ from kvparity.engine.real.hybrid import (
     unit_texts,
 )
 from kvparity.engine.real.worker import LOADED_ENV
+from kvparity.judge.verdict import Played
 from kvparity.run.ddmin import FAIL, PASS, UNRESOLVED, ddmin
-from kvparity.run.drive import Played
 from kvparity.run.hybrid_outcomes import HybridOutcomes
 
 # Where a difference on the KV path usually comes from: tried first, alone (with what it needs to

@@ -14,17 +14,18 @@ from typing import Any
 
 from kvparity import caches
 from kvparity.judge.compare import KNOWN_VERSION_DIFFERENCES, RENUMBERED_BETWEEN_RELEASES
+from kvparity.judge.run_result import RunResult
+from kvparity.judge.verdict import Finding, Played, Verdict
 from kvparity.model.classes import REQUIRED
 from kvparity.model.scenario import Scenario, scenario_to_dict
 from kvparity.model.strategies import TEMPLATES, hybrid_templates, scenarios
 from kvparity.model.worlds import WorldId
 from kvparity.report.failure import first_difference_line, format_failure
 from kvparity.run.candidates import step_candidates
-from kvparity.run.drive import Finding, Played, Task
+from kvparity.run.drive import Task
 from kvparity.run.minimize import DEFAULT_BUDGET_S, failure_kind
 from kvparity.run.plan import FINDING_BUDGET_S, SweepPlan, shards
-from kvparity.run.runner import RunResult, run_scenario
-from kvparity.run.verdict import Verdict
+from kvparity.run.runner import run_scenario
 
 
 def per_template(examples: int) -> int:

@@ -12,10 +12,10 @@ from typing import Any
 
 from kvparity.engine import processes
 from kvparity.engine.real import RealSGLangError
+from kvparity.judge.verdict import Example
 from kvparity.run.drive import Drive, Task
 from kvparity.run.events import SweepEvents
 from kvparity.run.plan import SweepPlan, TaskOutcome
-from kvparity.run.verdict import Example
 
 PlayTasks = Callable[[list[Task], SweepPlan, Drive, SweepEvents], list[TaskOutcome]]
 
@@ -160,7 +160,7 @@ def _job_init(env: dict[str, str], plan: SweepPlan, messages: Any, gpus: Any, st
 
 
 def _job_task(task: Task) -> TaskOutcome:
-    from kvparity.run.verdict import Row
+    from kvparity.judge.verdict import Row
 
     if _JOB["events"].stop.is_set():  # another task ended the run while this one waited
         row = Row(task.name, task.key)

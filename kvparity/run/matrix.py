@@ -4,7 +4,7 @@ worlds or scheduler as the reference. Each release plays every scenario once (it
 while a pair still needs them: ``CachingLane`` for the harness drive, ``CachingPlayer`` for the
 scheduler drive), so a release in two pairs costs one play.
 
-A pair's row is its verdict (``kvparity.run.verdict.to_json``, the one schema) with the pair's
+A pair's row is its verdict (``kvparity.judge.verdict.to_json``, the one schema) with the pair's
 names, its label and the changes the release wheels show between its two releases
 (``kvparity.engine.real.changes``): "exact" (every scenario alike), "renumbered" (alike up to one
 consistent renumbering of rows and pages somewhere) or "divergent". Per release: what its own runs
@@ -28,8 +28,8 @@ from kvparity.run.plan import FINDING_BUDGET_S, SweepPlan
 # --jobs) write the same JSON apart from times; the time budgets stay only as a far cap.
 SHRINK_TRIES = 60
 TIME_CAP = 10
+from kvparity.judge.verdict import Verdict, to_json
 from kvparity.run.sweep import sweep
-from kvparity.run.verdict import Verdict, to_json
 
 EXACT, RENUMBERED, DIVERGENT = "exact", "renumbered", "divergent"
 
@@ -80,7 +80,8 @@ class Releases:
 
                 self.open[release] = RealLane([self.sources[release]], self.backends, tree_core_variants=False)
             else:
-                from kvparity.engine.traffic_players import CachingPlayer, RealTrafficPlayer
+                from kvparity.engine.real.players import RealTrafficPlayer
+                from kvparity.engine.traffic_players import CachingPlayer
 
                 self.open[release] = CachingPlayer(RealTrafficPlayer(self.sources[release]))
         return self.open[release]

@@ -38,7 +38,7 @@ class Shard:
 
 WHOLE = Shard(1, 1)
 # What every row of ``pairs`` holds (``kvparity.run.matrix.pair_row`` writes them; the verdict's own
-# keys, ``kvparity.run.verdict.to_json``, and the pair's).
+# keys, ``kvparity.judge.verdict.to_json``, and the pair's).
 ROW_KEYS = frozenset({
     "drive", "verdict", "summary", "reference", "checked", "scenarios", "differing", "rows", "findings",
     "first_difference", "reference_release", "other_release", "label", "release_changes"})

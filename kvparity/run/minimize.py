@@ -15,8 +15,9 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
 from typing import Any, TypeVar
+
+from kvparity.judge.verdict import Shrunk
 
 S = TypeVar("S")
 
@@ -37,16 +38,6 @@ NO_MINIMIZE_ENV = "KVPARITY_NO_MINIMIZE"
 # on the real-SGLang mutants (scripts/bench_real_mutants.py, docs/perf/fast-answers.md, 2 cores):
 # the slowest reached its minimum in 17 s, replaying the reference and one failed world.
 DEFAULT_BUDGET_S = 45.0
-
-
-@dataclass(frozen=True)
-class Shrunk:
-    """What shrinking made of a failing scenario."""
-
-    scenario: Any  # the smallest failing scenario found (a Scenario, or a TrafficScenario)
-    tried: int  # smaller candidates played
-    complete: bool  # True: nothing one removal smaller fails; False: the budget ran out first
-    seconds: float
 
 
 Progress = Callable[[int, Any], None]  # (candidates tried so far, the smallest failing one)

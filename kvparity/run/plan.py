@@ -7,9 +7,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from kvparity.judge.verdict import Row
 from kvparity.run.drive import Drive, Task
 from kvparity.run.minimize import DEFAULT_BUDGET_S
-from kvparity.run.verdict import Row
 
 # Seconds each finding's first example may be shrunk for (in the job that first met it).
 FINDING_BUDGET_S = 4.0

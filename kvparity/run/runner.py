@@ -4,7 +4,6 @@ the reference (the first world: legacy on torch) and run the oracles on each wor
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from typing import Any
 
 from kvparity.engine.scheduler import Scheduler, StageRecord
@@ -15,7 +14,6 @@ from kvparity.judge.memory import hybrid_difference
 from kvparity.judge.oracles import (
     FAILED_DECODE_KEEPS_PAGE,
     STALE_ROW_DEFECT,
-    Violation,
     check_stage,
     pages_a_failed_decode_kept,
     stale_row_defects,
@@ -23,6 +21,7 @@ from kvparity.judge.oracles import (
 )
 from kvparity.judge.order import order_classes
 from kvparity.judge.renumber import DIVERGENT, renumbering_verdict
+from kvparity.judge.run_result import RunResult
 from kvparity.kernels import runtime
 from kvparity.model.classes import classify
 from kvparity.model.scenario import Scenario, Step
@@ -34,26 +33,6 @@ SGLANG_WORLDS: tuple[tuple[str, str], ...] = tuple((v, b) for v in VERSIONS for 
 EXTRA_WORLDS: tuple[tuple[str, str], ...] = (("refactored-linear", "triton"),)
 ALL_WORLDS: tuple[tuple[str, str], ...] = SGLANG_WORLDS + EXTRA_WORLDS
 REAL_FAILED = "real SGLang failed"  # what a difference says when a real world raised or died
-
-
-@dataclass
-class RunResult:
-    scenario: Scenario
-    worlds: tuple[str, ...]
-    stages: int = 0
-    divergences: list[Difference] = field(default_factory=list)
-    findings: list[Difference] = field(default_factory=list)  # known defects (legacy's, SGLang's)
-    violations: list[Violation] = field(default_factory=list)  # oracle failures
-    first_difference: StageRecord | None = None
-    records: list[StageRecord] = field(default_factory=list)  # the reference world's stages
-    classes: set[str] = field(default_factory=set)
-    # Real world -> which kernels it ran, as SGLang chose them (0.5.22+ report it; page size 1 has no
-    # allocation kernel, so the first paged scenario's report is the telling one).
-    kernels: dict[str, dict[str, str]] = field(default_factory=dict)
-
-    @property
-    def ok(self) -> bool:
-        return not self.divergences and not self.violations
 
 
 Observer = Callable[[str, Scheduler, Snapshot], None]

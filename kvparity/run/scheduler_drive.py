@@ -24,12 +24,15 @@ from dataclasses import dataclass
 from typing import Any
 
 from kvparity import caches
-from kvparity.engine.real.changes import Change, changes_between
+from kvparity.engine.change import Change
+from kvparity.engine.real.changes import changes_between
 from kvparity.engine.real.defects import KnownDefect, known_defect
-from kvparity.engine.traffic_players import ModelTrafficPlayer, RealTrafficPlayer, TrafficPlayer
+from kvparity.engine.real.players import RealTrafficPlayer
+from kvparity.engine.traffic_players import ModelTrafficPlayer, TrafficPlayer
 from kvparity.engine.traffic_run import TrafficRun
 from kvparity.judge.admission import TrafficJudgement, judge_traffic, traffic_problems
 from kvparity.judge.traffic_classes import rare_counts, traffic_classes
+from kvparity.judge.verdict import Finding, Played, Verdict
 from kvparity.mem_cache.schedule_policy import POLICIES
 from kvparity.model.classes import (
     TRAFFIC_ABORTS,
@@ -45,10 +48,9 @@ from kvparity.model.traffic import LOOPS, TrafficScenario, traffic_to_dict
 from kvparity.model.traffic_records import WRONG_KV
 from kvparity.model.traffic_strategies import ServeOptions, traffic_scenarios
 from kvparity.run.candidates import traffic_candidates
-from kvparity.run.drive import Finding, Played, Task
+from kvparity.run.drive import Task
 from kvparity.run.minimize import DEFAULT_BUDGET_S
 from kvparity.run.plan import shards
-from kvparity.run.verdict import Verdict
 
 DEFAULT_TRAFFIC_EXAMPLES = 40  # per schedule policy and event loop
 # The hybrid models' tasks: these policies only (fcfs: arrival order; lpm: the cache-aware ranking,

@@ -1,6 +1,6 @@
 """One sweep, for either drive (``kvparity.run.drive``): the drive's tasks, each drawn by Hypothesis
 (derandomized unless a seed is given; Hypothesis draws, it never shrinks), every scenario played and
-judged by the drive, counted into the task's row (``kvparity.run.verdict``).
+judged by the drive, counted into the task's row (``kvparity.judge.verdict``).
 
 A task's first difference is handed to the caller the moment it is found (``SweepEvents.found``:
 the report comes first). A drive that stops at its first difference (the harness drive) ends the
@@ -22,12 +22,12 @@ from typing import Any
 from hypothesis import HealthCheck, Verbosity, given, seed, settings, target
 
 from kvparity.engine.real.worker import WorkerStartError
-from kvparity.run.drive import Drive, Played, Task, finding_reached
+from kvparity.judge.verdict import Example, Played, Row, Verdict
+from kvparity.run.drive import Drive, Task, finding_reached
 from kvparity.run.events import QuietEvents, SweepEvents
 from kvparity.run.jobs import play_in_jobs
 from kvparity.run.minimize import minimize
 from kvparity.run.plan import SweepPlan, TaskOutcome
-from kvparity.run.verdict import Example, Row, Verdict
 
 
 def sweep(drive: Drive, plan: SweepPlan, *, jobs: int = 1, events: SweepEvents | None = None) -> Verdict:

@@ -27,12 +27,13 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, pr
 
 from kvparity.engine.scheduler import Scheduler, StageRecord
 from kvparity.judge.compare import Difference
+from kvparity.judge.run_result import RunResult
 from kvparity.model.classes import classify
 from kvparity.model.scenario import Decode, Evict, Extend, RequestSpec, Retract, Scenario, Step
 from kvparity.model.strategies import current_shape, token_run
 from kvparity.model.worlds import Geometry
 from kvparity.report.failure import format_failure
-from kvparity.run.runner import ALL_WORLDS, Lockstep, RunResult
+from kvparity.run.runner import ALL_WORLDS, Lockstep
 
 NIGHTLY = os.environ.get("HYPOTHESIS_PROFILE") == "nightly"
 # Bounds that keep the module well under a minute on one CPU core in the ci profile (Triton runs in

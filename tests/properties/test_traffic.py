@@ -21,7 +21,7 @@ def test_the_scheduler_driven_check_counts_shrinks_and_names_the_cause(workers):
     overlap loop in the CLI's run): parity under fcfs and lof; under lpm and dfs-weight a divergence,
     counted, its first case shrunk and its cause named: PR #11200's ranking key."""
     from kvparity.engine.real.install import resolve
-    from kvparity.engine.traffic_players import RealTrafficPlayer
+    from kvparity.engine.real.players import RealTrafficPlayer
     from kvparity.run.scheduler_drive import check_scheduler
 
     ref, checked = (RealTrafficPlayer(resolve(r), workers[r]) for r in RELEASES)
@@ -59,7 +59,7 @@ def test_the_inflight_oracle_catches_a_copy_of_a_release_that_rewrites_an_inflig
     the broken oracle is what the judgement shows first (at one iteration an oracle ranks before a
     memory difference, which ranks before an in-flight finding)."""
     from kvparity.engine.real.install import resolve
-    from kvparity.engine.traffic_players import RealTrafficPlayer
+    from kvparity.engine.real.players import RealTrafficPlayer
     from kvparity.judge.admission import judge_traffic
     from kvparity.model.traffic import Arrival, ServerConfig, TrafficScenario
     from kvparity.model.traffic_records import WRONG_KV
@@ -117,7 +117,7 @@ def test_a_memory_mutant_of_a_release_breaks_an_oracle_while_deciding_alike(name
     (the duplicates' leak needs the normal loop's timing of the chunk stash on this one); the release
     against itself agrees."""
     from kvparity.engine.real.install import resolve
-    from kvparity.engine.traffic_players import RealTrafficPlayer
+    from kvparity.engine.real.players import RealTrafficPlayer
     from kvparity.judge.admission import judge_traffic
     from kvparity.model.traffic import Arrival, ServerConfig, TrafficScenario
     from kvparity.teeth.real_zoo import REAL_MUTANTS_BY_NAME, make_mutated_copy

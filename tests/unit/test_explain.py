@@ -361,7 +361,7 @@ def test_every_hybrid_has_the_files_b_added_that_are_not_python(tmp_path):
     from pathlib import Path
 
     from kvparity.engine.real.worker import LOADED_ENV
-    from kvparity.run.drive import Played
+    from kvparity.judge.verdict import Played
     from kvparity.run.explain import CULPRIT, explain
 
     for name, text in (("a", A), ("b", B)):
@@ -405,7 +405,7 @@ def _explain_adder(tmp_path, b, outcomes=None, played=None):
     from pathlib import Path
 
     from kvparity.engine.real.worker import LOADED_ENV
-    from kvparity.run.drive import Played
+    from kvparity.judge.verdict import Played
     from kvparity.run.explain import explain
 
     for name, text in (("a", ADDER), ("b", b)):
@@ -488,7 +488,7 @@ def test_a_hybrid_whose_call_misses_an_argument_learns_b_s_callers_of_that_funct
     not the unrelated ``other``) are what it lacks, and are taken from then on."""
     from pathlib import Path
 
-    from kvparity.run.drive import Played
+    from kvparity.judge.verdict import Played
     from kvparity.run.explain import Explanation, _Search
 
     a = "def limit(n):\n    return n\n\n\ndef budget(n):\n    return limit(n) + 1\n\n\ndef other():\n    return 0\n"
@@ -618,7 +618,7 @@ def test_a_companion_learnt_from_an_import_error_stays_in_every_hybrid_of_the_co
 def test_a_companion_learnt_from_an_import_error_is_kept_only_where_alone_it_changes_nothing(tmp_path, b_module, kept):
     from pathlib import Path
 
-    from kvparity.run.drive import Played
+    from kvparity.judge.verdict import Played
     from kvparity.run.explain import MODULE_REST, _kept_for_imports
 
     search, units = _search_over_one_module(tmp_path, "sglang/m.py", "LIMIT = 10\n", b_module)

@@ -197,8 +197,8 @@ def test_a_file_that_fails_after_the_run_costs_exit_2_not_the_verdict(tmp_path, 
 
 def test_shrinking_replays_the_reference_and_one_failed_world_torch_first():
     from kvparity.judge.compare import Difference
+    from kvparity.judge.run_result import RunResult
     from kvparity.run.harness_drive import replay_worlds
-    from kvparity.run.runner import RunResult
 
     worlds = ("sglang-0.5.3/torch", "copy@0.5.3.post1/triton", "copy@0.5.3.post1/torch")
     result = RunResult(GOLDENS["chunked-radix-cache"], worlds)
@@ -212,8 +212,8 @@ def test_a_disagreement_is_replayed_in_a_world_that_disagreed():
     """A torch world that only broke an oracle would turn the disagreement into an oracle failure."""
     from kvparity.judge.compare import Difference
     from kvparity.judge.oracles import Violation
+    from kvparity.judge.run_result import RunResult
     from kvparity.run.harness_drive import replay_worlds
-    from kvparity.run.runner import RunResult
 
     worlds = ("sglang-0.5.3/torch", "copy@0.5.3.post1/triton", "copy@0.5.3.post1/torch")
     result = RunResult(GOLDENS["chunked-radix-cache"], worlds)

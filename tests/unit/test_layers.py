@@ -1,5 +1,8 @@
 """The package's shape: one import name, and sub-packages that only import downwards, in the order
-the data flows (a scenario is drawn, played, judged, reported; the commands sit on top)."""
+the data flows (a scenario is drawn, played, judged, reported; the commands sit on top). Real
+SGLang (``engine/real``) is a layer of its own, above the engine core that plays kvparity's worlds
+and below what judges and runs them. Imports for type checkers count: a layer that names a type
+of one above it depends on it as much as one that calls it."""
 
 from __future__ import annotations
 
@@ -12,20 +15,17 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 PACKAGE = ROOT / "kvparity"
 # Lowest first. A module may import from its own sub-package and from those before it.
-LAYERS = ("model", "caches", "engine", "judge", "report", "run", "golden", "candidate", "teeth", "cli")
+LAYERS = ("model", "caches", "engine", "real", "judge", "report", "run", "golden", "candidate", "teeth", "cli")
+# Layers in a folder of another's: real SGLang in the engine's.
+NESTED = {"real": ("engine", "real")}
 # SGLang's model code and what it shares: below every layer (they import none of kvparity's).
 SHARED = ("kernels", "mem_cache", "legacy", "refactored")
 
 
-def _runtime_imports(path: Path) -> list[str]:
-    """Modules ``path`` imports when it runs (imports only for type checkers are left out)."""
-    tree = ast.parse(path.read_text())
-    skipped = {id(n) for node in ast.walk(tree) if isinstance(node, ast.If) and _is_type_checking(node.test)
-               for n in ast.walk(node)}
+def _imports(path: Path) -> list[str]:
+    """Modules ``path`` imports, at module level, in a function or for type checkers."""
     found = []
-    for node in ast.walk(tree):
-        if id(node) in skipped:
-            continue
+    for node in ast.walk(ast.parse(path.read_text())):
         if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
             found += [node.module] + [f"{node.module}.{a.name}" for a in node.names]
         elif isinstance(node, ast.Import):
@@ -33,18 +33,22 @@ def _runtime_imports(path: Path) -> list[str]:
     return found
 
 
-def _is_type_checking(test: ast.expr) -> bool:
-    return isinstance(test, ast.Name) and test.id == "TYPE_CHECKING" or (
-        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING")
-
-
 def _layer(module: str) -> str | None:
     parts = module.split(".")
-    return parts[1] if len(parts) > 1 and parts[0] == "kvparity" else None
+    if len(parts) < 2 or parts[0] != "kvparity":
+        return None
+    return next((layer for layer, where in NESTED.items() if tuple(parts[1:1 + len(where)]) == where), parts[1])
 
 
 def _modules(folder: Path) -> list[Path]:
     return sorted(p for p in folder.rglob("*.py") if "__pycache__" not in p.parts)
+
+
+def _layer_modules(layer: str) -> list[Path]:
+    """A layer's modules, without those of a layer nested in its folder."""
+    nested = [PACKAGE.joinpath(*where) for other, where in NESTED.items() if where[:1] == (layer,)]
+    return [p for p in _modules(PACKAGE.joinpath(*NESTED.get(layer, (layer,))))
+            if not any(p.is_relative_to(folder) for folder in nested)]
 
 
 @pytest.mark.parametrize("layer", LAYERS)
@@ -52,8 +56,8 @@ def test_a_layer_imports_only_itself_and_layers_below(layer):
     allowed = set(LAYERS[: LAYERS.index(layer) + 1]) | set(SHARED)
     upward = [
         f"{path.relative_to(ROOT)} imports {module}"
-        for path in _modules(PACKAGE / layer)
-        for module in _runtime_imports(path)
+        for path in _layer_modules(layer)
+        for module in _imports(path)
         if _layer(module) is not None and _layer(module) not in allowed
     ]
     assert not upward, "\n".join(upward)
@@ -61,7 +65,7 @@ def test_a_layer_imports_only_itself_and_layers_below(layer):
 
 @pytest.mark.parametrize("shared", SHARED)
 def test_sglangs_model_code_imports_no_harness(shared):
-    harness = [f"{p.relative_to(ROOT)} imports {m}" for p in _modules(ROOT / shared) for m in _runtime_imports(p)
+    harness = [f"{p.relative_to(ROOT)} imports {m}" for p in _modules(ROOT / shared) for m in _imports(p)
                if _layer(m) in LAYERS]
     assert not harness, "\n".join(harness)
 
@@ -69,7 +73,9 @@ def test_sglangs_model_code_imports_no_harness(shared):
 def test_every_module_lives_in_a_layer():
     loose = [p.name for p in PACKAGE.glob("*.py") if p.name not in ("__init__.py", "__main__.py")]
     folders = {p.name for p in PACKAGE.iterdir() if p.is_dir() and p.name != "__pycache__"}
-    assert not loose and folders == set(LAYERS) | set(SHARED), (loose, folders - set(LAYERS) - set(SHARED))
+    top = set(LAYERS) - set(NESTED)
+    assert not loose and folders == top | set(SHARED), (loose, folders - top - set(SHARED))
+    assert all(PACKAGE.joinpath(*where).is_dir() for where in NESTED.values())
 
 
 def test_the_distribution_installs_one_top_level_package():

@@ -16,13 +16,12 @@ from kvparity.cli.main import main
 from kvparity.cli.matrix import _pairs
 from kvparity.golden.scenarios import GOLDENS
 from kvparity.judge.compare import RENUMBERED_BETWEEN_RELEASES
+from kvparity.judge.verdict import Finding, Played, Row, Verdict
 from kvparity.model.classes import REQUIRED
 from kvparity.model.strategies import TEMPLATES
 from kvparity.run import matrix_shards as shards
-from kvparity.run.drive import Finding, Played
 from kvparity.run.harness_drive import HarnessDrive, HarnessSpec
 from kvparity.run.matrix import DIVERGENT, EXACT, RENUMBERED, Releases, pair_row, release_row
-from kvparity.run.verdict import Row, Verdict
 
 RELEASES = ["0.5.3", "0.5.3.post1", "0.5.3.post2", "0.5.4", "0.5.4.post1"]
 

@@ -41,7 +41,7 @@ def resolve_release(release: str):
 
 def test_0_5_23_s_spent_budget_stop_is_why_its_tree_has_a_node_fewer(release_workers):
     from kvparity.engine.real.install import resolve
-    from kvparity.engine.traffic_players import RealTrafficPlayer
+    from kvparity.engine.real.players import RealTrafficPlayer
     from kvparity.judge.admission import judge_traffic
 
     older = RealTrafficPlayer(resolve("0.5.22"), release_workers("0.5.22"))

@@ -82,7 +82,7 @@ def test_a_mutant_on_the_chunked_abort_path_is_caught_only_when_a_chunked_reques
     A copy that leaks them, or inserts the chunks into the tree, agrees with the release on the
     same traffic without the abort."""
     from kvparity.engine.real.install import resolve
-    from kvparity.engine.traffic_players import RealTrafficPlayer
+    from kvparity.engine.real.players import RealTrafficPlayer
     from kvparity.judge.admission import judge_traffic
     from kvparity.teeth.real_zoo import REAL_MUTANTS_BY_NAME, make_mutated_copy
 
@@ -139,7 +139,7 @@ def test_a_failed_storage_read_counted_as_fetched_is_read_as_wrong_kv(release_wo
     was to fill into d's prefix: the canary reads another request's KV there. Without the fault
     the copy and the release agree."""
     from kvparity.engine.real.install import resolve
-    from kvparity.engine.traffic_players import RealTrafficPlayer
+    from kvparity.engine.real.players import RealTrafficPlayer
     from kvparity.judge.admission import judge_traffic
     from kvparity.teeth.real_zoo import REAL_MUTANTS_BY_NAME, make_mutated_copy
 

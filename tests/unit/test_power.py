@@ -27,8 +27,8 @@ def test_a_reach_that_is_no_fraction_is_refused():
 
 
 def test_a_verdict_states_the_power_of_its_weakest_parity_task():
+    from kvparity.judge.verdict import Row, Verdict
     from kvparity.report.console import power_lines
-    from kvparity.run.verdict import Row, Verdict
 
     rows = [Row("fcfs, normal loop", scenarios=40), Row("lpm, normal loop", scenarios=10), Row("lof", scenarios=5, differing=1)]
     verdict = Verdict("scheduler", "ref", ("checked",), rows, required=(), counts_all=True)

@@ -12,19 +12,20 @@ import pytest
 
 from kvparity.candidate.check import CheckResult
 from kvparity.candidate.inputs import Fault
+from kvparity.candidate.markdown import candidate_markdown
 from kvparity.cli.main import main
 from kvparity.judge.compare import Difference
 from kvparity.judge.oracles import Violation
+from kvparity.judge.run_result import RunResult
+from kvparity.judge.verdict import Example, Row, Verdict
 from kvparity.model import profiles
 from kvparity.model.classes import REQUIRED
 from kvparity.model.records import StageRecord
 from kvparity.model.scenario import Extend, RequestSpec, Scenario
 from kvparity.model.strategies import TEMPLATES
 from kvparity.model.worlds import Geometry
-from kvparity.report.markdown import candidate_markdown, check_markdown
+from kvparity.report.markdown import check_markdown
 from kvparity.run.harness_drive import HarnessDrive, HarnessSpec
-from kvparity.run.runner import RunResult
-from kvparity.run.verdict import Example, Row, Verdict
 
 
 @pytest.fixture(autouse=True)

@@ -37,7 +37,7 @@ def test_the_same_seed_gives_the_same_verdict_on_one_job_and_on_two(tmp_path, ar
 def test_a_real_worker_plays_a_scenario_alike_after_another(tmp_path):
     """Two scenarios in one worker, then the first again: the same run, to the last snapshot."""
     from kvparity.engine.real.install import resolve
-    from kvparity.engine.traffic_players import RealTrafficPlayer
+    from kvparity.engine.real.players import RealTrafficPlayer
     from kvparity.model.traffic import Arrival, ServerConfig, TrafficScenario
 
     first = TrafficScenario(ServerConfig(kv_slots=128, max_prefill_tokens=64, loop="overlap"),

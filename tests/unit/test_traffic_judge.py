@@ -116,9 +116,9 @@ def test_a_traffic_scenario_shrinks_to_what_keeps_the_failure_and_round_trips():
 def test_the_verdict_line_says_what_differs_under_which_policy_and_loop():
     from types import SimpleNamespace
 
+    from kvparity.judge.verdict import Row, Verdict
     from kvparity.model.classes import TRAFFIC_REQUIRED
     from kvparity.run.scheduler_drive import PlayerSpec, SchedulerDrive, SchedulerSpec
-    from kvparity.run.verdict import Row, Verdict
 
     players = tuple(SimpleNamespace(name=name, release="0.5.3", loops=("normal", "overlap"), caches=("full",), paged_windows=False, host_offer=HostOffer(), tree_cores=(),
                                     world_id=WORLD) for name in ("a", "b"))
@@ -178,7 +178,7 @@ def test_a_difference_left_after_undo_changes_is_not_traced_to_a_change_already_
     from types import SimpleNamespace
 
     from kvparity.engine.real.changes import changes_between
-    from kvparity.run.drive import Played
+    from kvparity.judge.verdict import Played
     from kvparity.run.scheduler_drive import PlayerSpec, SchedulerDrive, SchedulerSpec
 
     undone = tuple(c for c in changes_between("0.5.17", "0.5.18") if c.undo)

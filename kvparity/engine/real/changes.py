@@ -17,25 +17,8 @@ between two releases can be traced to it: undone in a replay, the two decide ali
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
+from kvparity.engine.change import ADMISSION, BEHAVIOUR, RENUMBERING, Change
 from kvparity.engine.real.versions import version_key
-
-RENUMBERING, BEHAVIOUR, ADMISSION = "renumbering", "behaviour", "admission"
-
-
-@dataclass(frozen=True)
-class Change:
-    release: str
-    kind: str
-    what: str
-    pull_request: str | None = None  # "#17850", or None where none was found
-    # How to undo it in ``release``'s own source: (file under the folder holding ``sglang``, the
-    # text the change wrote there, which occurs once, the text before the change).
-    undo: tuple[str, str, str] | None = None
-    # How to undo it in kvparity's model: (option of ``play_traffic``, value).
-    model_undo: tuple[str, str] | None = None
-
 
 CHANGES: tuple[Change, ...] = (
     Change("0.5.3.post1", BEHAVIOUR, "PR #11200: write_cache_indices writes prefix and new slots in one kernel; "

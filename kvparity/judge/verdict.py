@@ -1,17 +1,68 @@
-"""What a sweep of either drive tells its caller: one ``Verdict``, its rows (one per task: a scenario
-template, or a schedule policy under an event loop), the first difference of each row as found and
-shrunk (``Example``), the classes reached and the findings; and its one JSON schema (``to_json``),
-which ``kvparity check --json`` writes for either drive."""
+"""What a sweep of either drive tells its caller, below the runs that make it and the reports that
+read it: what one scenario's play came to (``Played``, its ``Finding``s), what shrinking made of one
+(``Shrunk``), one ``Verdict``, its rows (one per task: a scenario template, or a schedule policy
+under an event loop), the first difference of each row as found and shrunk (``Example``), the
+classes reached and the findings; and its one JSON schema (``to_json``), which ``kvparity check
+--json`` writes for either drive."""
 
 from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kvparity.judge.power import CONFIDENCE, rules_out
-from kvparity.run.drive import Finding, Played
-from kvparity.run.minimize import Shrunk
+
+if TYPE_CHECKING:  # the registry's record, read only
+    from kvparity.engine.real.defects import KnownDefect
+
+
+@dataclass(frozen=True)
+class Finding:
+    """Something a play met that is reported, not a divergence by itself: its ``label`` (what is
+    counted: a known defect, an in-flight finding's kind and class of one player, ...), where it
+    was seen (a world or player) and what was seen there."""
+
+    label: str
+    where: str
+    line: str
+    # A defect of the player's own run (an oracle it broke, a read of wrong KV, SGLang raising):
+    # it fails the check whether or not the reference shares it. Else a difference that is known
+    # and named (a renumbering, a release difference), reported and counted only.
+    defect: bool = False
+    known: KnownDefect | None = None  # a defect SGLang is known to have, as its registry holds it
+    detail: str = ""  # what else a report shows of it (SGLang's traceback, where it raised)
+    kind: str = ""  # what was met, without where (the label names both, and the known defect it is)
+
+
+@dataclass
+class Played:
+    """One scenario, played by every world or player of a drive, and judged."""
+
+    scenario: Any
+    agree: bool
+    kind: str | None  # the first difference's kind, what shrinking keeps (None when they agree)
+    line: str  # the first difference in one line ("" when they agree)
+    classes: frozenset[str] = frozenset()
+    findings: tuple[Finding, ...] = ()
+    result: Any = None  # the drive's own record of the play, for its report
+    facts: dict[str, Any] = field(default_factory=dict)  # what the run learnt of its worlds (their kernels)
+
+    @property
+    def defects(self) -> tuple[Finding, ...]:
+        """The findings that fail the check on their own (``Finding.defect``)."""
+        return tuple(f for f in self.findings if f.defect)
+
+
+@dataclass(frozen=True)
+class Shrunk:
+    """What shrinking made of a failing scenario."""
+
+    scenario: Any  # the smallest failing scenario found (a Scenario, or a TrafficScenario)
+    tried: int  # smaller candidates played
+    complete: bool  # True: nothing one removal smaller fails; False: the budget ran out first
+    seconds: float
+
 
 # A verdict's values, the worst first: the two differ; they agree but a run had a defect of its
 # own; they agree and every oracle held.
