@@ -362,9 +362,40 @@ def test_write_back_eviction_behind_storage_backups_raises_on_a_full_attention_h
     assert run.error is not None and "full_available_size=12 + full_evictable_size_=52" in run.error.message
     known = known_defect("0.5.23", scenario.config, RAISED, run.error.message)
     assert known is not None and known.name == "write-back eviction stopped by storage backups"
-    assert known_defect("0.5.21", scenario.config, RAISED, run.error.message) is None
+    assert known_defect("0.5.19", scenario.config, RAISED, run.error.message) is None
     _played(release_workers, "0.5.23", full_attention_write_back_storage_scenario(hicache_storage=False))
     _played(release_workers, "0.5.23", full_attention_write_back_storage_scenario(hicache_ratio=2.0))
+
+
+def unpaged_write_back_storage_scenario(**change: object) -> TrafficScenario:
+    """The same shape in pages of 1 (shrunk from the nemesis's controls of 0.5.21): c0's 60 tokens and
+    three prompts of their own fill a device of 128 slots and a host of 96; s then hits c0's prompt,
+    fetched from storage best effort (waiting for the whole fetch, none raises)."""
+    config = ServerConfig(schedule_policy="lpm", pool_rows=4, kv_slots=128, max_prefill_tokens=4096,
+                          chunked_prefill_size=32, max_running_requests=4, schedule_conservativeness=0.3, loop="overlap",
+                          hicache_ratio=0.75, hicache_write_policy="write_back", hicache_storage=True,
+                          hicache_prefetch_policy="best_effort")
+    own = [(Arrival(f"f{k}", tuple(range(200000 + 1000 * k, 200000 + 1000 * k + n)), 1),) for k, n in ((0, 46), (2, 46), (3, 63))]
+    return TrafficScenario(dataclasses.replace(config, **change), (
+        (Arrival("c0", tuple(range(100000, 100060)), 1),), *own, (), (), (),
+        (Arrival("s", tuple(range(100000, 100060)) + tuple(range(80000, 80004)), 2),)))
+
+
+def test_write_back_eviction_behind_storage_backups_raises_in_pages_of_one_too(release_workers):
+    """The full-attention form on 0.5.20 and 0.5.21, pages of 1: alloc_token_slots raises Out of memory
+    with 85 tokens counted evictable; the normal loop, or a larger host, runs to its end."""
+    from kvparity.engine.real.defects import RAISED, known_defect
+    from kvparity.engine.traffic_run import TrafficRun
+
+    scenario = unpaged_write_back_storage_scenario()
+    config, arrivals = scenario.to_plain()
+    run = TrafficRun.from_plain(release_workers("0.5.21").call("run_traffic", config=config, arrivals=arrivals))
+    assert run.error is not None and "full_available_size=11 + full_evictable_size_=85" in run.error.message
+    known = known_defect("0.5.21", scenario.config, RAISED, run.error.message)
+    assert known is not None and known.name == "write-back eviction stopped by storage backups"
+    assert known_defect("0.5.19", scenario.config, RAISED, run.error.message) is None
+    _played(release_workers, "0.5.21", unpaged_write_back_storage_scenario(loop="normal"))
+    _played(release_workers, "0.5.21", unpaged_write_back_storage_scenario(hicache_ratio=2.0))
 
 
 def test_a_host_tier_serves_full_attention_or_a_mamba_model_and_names_what_it_refuses(release_workers):
