@@ -362,7 +362,7 @@ def test_write_back_eviction_behind_storage_backups_raises_on_a_full_attention_h
     assert run.error is not None and "full_available_size=12 + full_evictable_size_=52" in run.error.message
     known = known_defect("0.5.23", scenario.config, RAISED, run.error.message)
     assert known is not None and known.name == "write-back eviction stopped by storage backups"
-    assert known_defect("0.5.19", scenario.config, RAISED, run.error.message) is None
+    assert known_defect("0.5.18", scenario.config, RAISED, run.error.message) is None
     _played(release_workers, "0.5.23", full_attention_write_back_storage_scenario(hicache_storage=False))
     _played(release_workers, "0.5.23", full_attention_write_back_storage_scenario(hicache_ratio=2.0))
 
@@ -393,9 +393,39 @@ def test_write_back_eviction_behind_storage_backups_raises_in_pages_of_one_too(r
     assert run.error is not None and "full_available_size=11 + full_evictable_size_=85" in run.error.message
     known = known_defect("0.5.21", scenario.config, RAISED, run.error.message)
     assert known is not None and known.name == "write-back eviction stopped by storage backups"
-    assert known_defect("0.5.19", scenario.config, RAISED, run.error.message) is None
+    assert known_defect("0.5.18", scenario.config, RAISED, run.error.message) is None
     _played(release_workers, "0.5.21", unpaged_write_back_storage_scenario(loop="normal"))
     _played(release_workers, "0.5.21", unpaged_write_back_storage_scenario(hicache_ratio=2.0))
+
+
+def hiradix_write_back_storage_scenario(**change: object) -> TrafficScenario:
+    """HiRadixCache's form (shrunk from the nemesis's controls of 0.5.18): c0's 48 tokens, then six
+    prompts of their own through a device of 96 slots in pages of 4 and a host of 72; t0 and t1 hit c0."""
+    config = ServerConfig(schedule_policy="lpm", page_size=4, pool_rows=2, kv_slots=96, max_prefill_tokens=16,
+                          chunked_prefill_size=24, max_running_requests=2, hicache_ratio=0.75,
+                          hicache_write_policy="write_back", hicache_storage=True)
+    own = [(Arrival(f"f{k}", tuple(range(200000 + 1000 * k, 200000 + 1000 * k + n)), 1),)
+           for k, n in enumerate((37, 30, 43, 46, 38, 42))]
+    return TrafficScenario(dataclasses.replace(config, **change), (
+        (Arrival("c0", tuple(range(100000, 100048)), 1),), (), *own, *[()] * 9,
+        (Arrival("t0", tuple(range(100000, 100047)) + tuple(range(90000, 90006)), 4),
+         Arrival("t1", tuple(range(100000, 100048)), 2))))
+
+
+def test_a_hiradix_write_back_host_tier_behind_storage_raises_out_of_memory_a_known_defect(release_workers):
+    """0.5.15 to 0.5.18: Prefill out of memory with 48 tokens counted evictable; with write_through, or
+    a host of 192, the same traffic runs to its end."""
+    from kvparity.engine.real.defects import RAISED, known_defect
+    from kvparity.engine.traffic_run import TrafficRun
+
+    scenario = hiradix_write_back_storage_scenario()
+    config, arrivals = scenario.to_plain()
+    run = TrafficRun.from_plain(release_workers("0.5.15").call("run_traffic", config=config, arrivals=arrivals))
+    assert run.error is not None and "(available_size=4 + evictable_size=48)" in run.error.message
+    known = known_defect("0.5.15", scenario.config, RAISED, run.error.message)
+    assert known is not None and known.name == "write-back host tier out of memory behind storage (HiRadixCache)"
+    _played(release_workers, "0.5.15", hiradix_write_back_storage_scenario(hicache_write_policy="write_through"))
+    _played(release_workers, "0.5.15", hiradix_write_back_storage_scenario(hicache_ratio=2.0))
 
 
 def test_a_host_tier_serves_full_attention_or_a_mamba_model_and_names_what_it_refuses(release_workers):
