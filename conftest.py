@@ -149,7 +149,7 @@ def keep_hypothesis_profile():
 def release_workers(scheduler_workers):
     """A scheduler-shell worker per release, started when first asked for (0.5.3 and 0.5.3.post1:
     the session's shared ones); a release that cannot be had skips the test."""
-    from kvparity.engine.real import RealSGLangError
+    from kvparity.engine.errors import RealSGLangError
     from kvparity.engine.real.install import resolve
     from kvparity.engine.real.worker import RealWorker
 

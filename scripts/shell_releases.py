@@ -37,7 +37,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from kvparity.engine.real import RealSGLangError  # noqa: E402
+from kvparity.engine.errors import RealSGLangError
 from kvparity.engine.real.install import resolve  # noqa: E402
 from kvparity.engine.real.shell_adapters import adapter_for  # noqa: E402
 from kvparity.engine.real.versions import SUPPORTED, version_key  # noqa: E402

@@ -80,8 +80,8 @@ def is_lift_spec(spec: str) -> bool:
 def lift(spec: str, target: str, folder: Path) -> str:
     """``sglang[==VERSION]:BACKEND`` lifted for ``target`` into a file of ``folder``; returns the
     ``path/to/file.py:name`` spec the sandbox loads."""
-    from kvparity.engine.real import RealSGLangError
-    from kvparity.engine.real.install import resolve
+    from kvparity.engine.errors import RealSGLangError
+    from kvparity.engine.real.door import resolve
 
     where, _, backend = spec.rpartition(":")
     entry = LIFTS.get((target, backend))

@@ -163,8 +163,7 @@ def run(args: argparse.Namespace) -> int:
 def _zygotes(real: RealRun | None) -> Any:
     if real is None:
         return contextlib.nullcontext()
-    from kvparity.engine.real import WORKER_PLUGINS
-    from kvparity.engine.real.zygote import Zygotes
+    from kvparity.engine.real.door import WORKER_PLUGINS, Zygotes
 
     return Zygotes(real.specs, WORKER_PLUGINS)
 
@@ -215,7 +214,7 @@ class Swept:
 
 
 def _sweeps(args: argparse.Namespace, plans: list[CheckPlan]) -> int:
-    from kvparity.engine.real import RealSGLangError
+    from kvparity.engine.errors import RealSGLangError
 
     done: list[Swept] = []
     for plan in plans:
@@ -291,7 +290,7 @@ def _model(plan: CheckPlan) -> str:
 def _replay(args: argparse.Namespace, plans: list[CheckPlan]) -> int:
     """``--replay FILE``: one scenario, played by the drive its form belongs to and reported as a
     sweep reports a difference."""
-    from kvparity.engine.real import RealSGLangError
+    from kvparity.engine.errors import RealSGLangError
 
     plan = next((p for p in plans if p.drive == args.replay_drive), None)
     if plan is None:
@@ -451,8 +450,8 @@ def _resolve_real(args: argparse.Namespace) -> RealRun | int:
     if problem:
         print(f"kvparity check: {problem}", file=sys.stderr)
         return USAGE_ERROR
-    from kvparity.engine.real import RealSGLangError
-    from kvparity.engine.real.install import resolve
+    from kvparity.engine.errors import RealSGLangError
+    from kvparity.engine.real.door import resolve
 
     try:
         checked = resolve(args.sglang)
@@ -553,7 +552,7 @@ def _lifted(spec: str, target: str) -> str:
 
     if not is_lift_spec(spec):
         return spec
-    from kvparity.engine.real.install import cache_root
+    from kvparity.engine.real.door import cache_root
 
     folder = cache_root().parent / "lifted"
     folder.mkdir(parents=True, exist_ok=True)

@@ -154,7 +154,7 @@ def scheduler_spec(real: Any, caches: tuple[str, ...] | None = None, undo_change
 
 def undo_problem(real: Any) -> str | None:
     """Why ``--undo-changes`` cannot be played (a sentence), or None."""
-    from kvparity.engine.real.changes import changes_between
+    from kvparity.engine.real.door import changes_between
 
     if real is None or real.reference is None:
         return "--undo-changes undoes a release's named changes: it needs --sglang B --against A, both real"

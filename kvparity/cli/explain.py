@@ -83,8 +83,8 @@ def _usage_problem(args: argparse.Namespace) -> str | None:
 def _explain_one(a_spec: str, b_spec: str, scenario: Any, drive: str, backend: str, tree_class: str | None,
                  fresh: bool = False) -> Any:
     """The explanation, or why it cannot be sought (a sentence)."""
-    from kvparity.engine.real import RealSGLangError
-    from kvparity.engine.real.install import resolve
+    from kvparity.engine.errors import RealSGLangError
+    from kvparity.engine.real.door import resolve
     from kvparity.run.explain import NO_DIFFERENCE, explain
     from kvparity.run.hybrid_outcomes import HybridOutcomes
 
@@ -120,8 +120,8 @@ class _Replaying:
     def play(self, folder: str) -> Any:
         import dataclasses
 
-        from kvparity.engine.real import RealSGLangError
-        from kvparity.engine.real.install import resolve
+        from kvparity.engine.errors import RealSGLangError
+        from kvparity.engine.real.door import resolve
 
         source = resolve(folder)
         if source.entry.version == self.b_entry:
@@ -143,7 +143,7 @@ class _SchedulerReplayer(_Replaying):
     """A traffic scenario, scheduler-driven: A's own scheduler (played once) against the folder's."""
 
     def __init__(self, a: Any, scenario: Any) -> None:
-        from kvparity.engine.real.players import RealTrafficPlayer
+        from kvparity.engine.real.door import RealTrafficPlayer
         from kvparity.engine.traffic_players import CachingPlayer
 
         self.a, self.scenario = a, scenario
@@ -151,7 +151,7 @@ class _SchedulerReplayer(_Replaying):
         self.drive: Any = None
 
     def _play(self, source: Any) -> Any:
-        from kvparity.engine.real.players import RealTrafficPlayer
+        from kvparity.engine.real.door import RealTrafficPlayer
         from kvparity.run.scheduler_drive import PlayerSpec, SchedulerDrive, SchedulerSpec
 
         player = RealTrafficPlayer(source)

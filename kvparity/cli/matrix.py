@@ -72,7 +72,8 @@ def add(commands: argparse._SubParsersAction, parser_class: type) -> None:
 def _versions(given: list[str]) -> list[str]:
     """The releases named, oldest first as given; 'all': every release kvparity drives."""
     if given == ["all"]:
-        from kvparity.engine.real.versions import SUPPORTED, version_key
+        from kvparity.engine.real.door import SUPPORTED
+        from kvparity.engine.release_order import version_key
 
         return sorted(SUPPORTED, key=version_key)
     return list(given or DEFAULT_VERSIONS)
@@ -130,9 +131,8 @@ def run(args: argparse.Namespace) -> int:
     if problem:
         print(f"kvparity matrix: {problem}", file=sys.stderr)
         return USAGE_ERROR
-    from kvparity.engine.real import RealSGLangError
-    from kvparity.engine.real.install import resolve
-    from kvparity.engine.real.worker import WorkerStartError
+    from kvparity.engine.errors import RealSGLangError, WorkerStartError
+    from kvparity.engine.real.door import resolve
     from kvparity.kernels import runtime  # noqa: F401  (the device and Triton's mode first)
     from kvparity.model import profiles
     from kvparity.model.strategies import TEMPLATES

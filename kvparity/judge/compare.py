@@ -152,7 +152,7 @@ _compared = operator.attrgetter(*REQUEST_FIELDS)
 def _known_version_difference(ref_id: WorldId, world: WorldId, key: str) -> str | None:
     """``key`` when exactly one of the two worlds is a real release from the one that made the
     change on (so the difference is that release's intended change), else None."""
-    from kvparity.engine.real.versions import version_key
+    from kvparity.engine.release_order import version_key
 
     since = KNOWN_VERSION_DIFFERENCES[key][0]
     ref_release, release = ref_id.release, world.release

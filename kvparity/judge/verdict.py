@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 from kvparity.judge.power import CONFIDENCE, rules_out
 
 if TYPE_CHECKING:  # the registry's record, read only
-    from kvparity.engine.real.defects import KnownDefect
+    from kvparity.engine.real.door import KnownDefect
 
 
 @dataclass(frozen=True)

@@ -24,8 +24,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NamedTuple, Protocol
 
-from kvparity.engine.real import RealSGLangError
-from kvparity.engine.real.hybrid import (
+from kvparity.engine.errors import RealSGLangError
+from kvparity.engine.real.door import LOADED_ENV
+from kvparity.judge.verdict import Played
+from kvparity.run.ddmin import FAIL, PASS, UNRESOLVED, ddmin
+from kvparity.run.hybrid import (
     MODULE_REST,
     FileChange,
     FunctionChange,
@@ -39,9 +42,6 @@ from kvparity.engine.real.hybrid import (
     unified_diff,
     unit_texts,
 )
-from kvparity.engine.real.worker import LOADED_ENV
-from kvparity.judge.verdict import Played
-from kvparity.run.ddmin import FAIL, PASS, UNRESOLVED, ddmin
 from kvparity.run.hybrid_outcomes import HybridOutcomes
 
 # Where a difference on the KV path usually comes from: tried first, alone (with what it needs to

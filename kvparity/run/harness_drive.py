@@ -66,7 +66,7 @@ class HarnessDrive:
         self.counts_all = spec.counts_all
         self.owns_lane = lane is None and bool(spec.real)
         if self.owns_lane:
-            from kvparity.engine.real.lane import RealLane
+            from kvparity.engine.real.door import RealLane
 
             lane = RealLane(list(spec.real), spec.backends, tree_class=spec.tree_class, model=spec.model)
         self.lane = lane

@@ -11,7 +11,7 @@ from collections.abc import Callable
 from typing import Any
 
 from kvparity.engine import processes
-from kvparity.engine.real import RealSGLangError
+from kvparity.engine.errors import RealSGLangError
 from kvparity.judge.verdict import Example
 from kvparity.run.drive import Drive, Task
 from kvparity.run.events import SweepEvents

@@ -19,7 +19,7 @@ import statistics
 from collections.abc import Callable
 from typing import Any
 
-from kvparity.engine.real.changes import changes_between
+from kvparity.engine.real.door import changes_between
 from kvparity.judge.compare import RENUMBERED_BETWEEN_RELEASES
 from kvparity.run.events import QuietEvents
 from kvparity.run.plan import FINDING_BUDGET_S, SweepPlan
@@ -76,11 +76,11 @@ class Releases:
     def get(self, release: str) -> Any:
         if release not in self.open:
             if self.drive == "harness":
-                from kvparity.engine.real.lane import RealLane
+                from kvparity.engine.real.door import RealLane
 
                 self.open[release] = RealLane([self.sources[release]], self.backends, tree_core_variants=False)
             else:
-                from kvparity.engine.real.players import RealTrafficPlayer
+                from kvparity.engine.real.door import RealTrafficPlayer
                 from kvparity.engine.traffic_players import CachingPlayer
 
                 self.open[release] = CachingPlayer(RealTrafficPlayer(self.sources[release]))

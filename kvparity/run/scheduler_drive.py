@@ -25,9 +25,7 @@ from typing import Any
 
 from kvparity import caches
 from kvparity.engine.change import Change
-from kvparity.engine.real.changes import changes_between
-from kvparity.engine.real.defects import KnownDefect, known_defect
-from kvparity.engine.real.players import RealTrafficPlayer
+from kvparity.engine.real.door import KnownDefect, RealTrafficPlayer, changes_between, known_defect
 from kvparity.engine.traffic_players import ModelTrafficPlayer, TrafficPlayer
 from kvparity.engine.traffic_run import TrafficRun
 from kvparity.judge.admission import TrafficJudgement, judge_traffic, traffic_problems
@@ -83,7 +81,7 @@ class PlayerSpec:
     def build(self) -> TrafficPlayer:
         if self.kind == "model":
             return ModelTrafficPlayer(self.name)
-        from kvparity.engine.real.install import resolve
+        from kvparity.engine.real.door import resolve
 
         return RealTrafficPlayer(resolve(self.name))
 

@@ -21,7 +21,7 @@ from typing import Any
 
 from hypothesis import HealthCheck, Verbosity, given, seed, settings, target
 
-from kvparity.engine.real.worker import WorkerStartError
+from kvparity.engine.errors import WorkerStartError
 from kvparity.judge.verdict import Example, Played, Row, Verdict
 from kvparity.run.drive import Drive, Task, finding_reached
 from kvparity.run.events import QuietEvents, SweepEvents

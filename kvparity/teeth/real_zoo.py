@@ -9,8 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from kvparity.engine.real import RealSGLangError
-from kvparity.engine.real.install import SGLangSource, copy_with_edits
+from kvparity.engine.errors import RealSGLangError
+from kvparity.engine.real.door import SGLangSource, copy_with_edits
 
 
 @dataclass(frozen=True)

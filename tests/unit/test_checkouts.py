@@ -18,7 +18,8 @@ from pathlib import Path
 
 import pytest
 
-from kvparity.engine.real import RealSGLangError, install, probe, versions
+from kvparity.engine.errors import RealSGLangError
+from kvparity.engine.real import install, probe, versions
 
 from checkout_cases import _checkout, _edit, _release
 

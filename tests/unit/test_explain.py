@@ -3,7 +3,8 @@ units of two modules, a hybrid module spliced from them, and a hybrid folder tha
 
 import pytest
 
-from kvparity.engine.real.hybrid import (
+from kvparity.run.ddmin import FAIL, PASS, UNRESOLVED, ddmin
+from kvparity.run.hybrid import (
     MODULE_REST,
     FileChange,
     FunctionChange,
@@ -12,7 +13,6 @@ from kvparity.engine.real.hybrid import (
     function_changes,
     hybrid_text,
 )
-from kvparity.run.ddmin import FAIL, PASS, UNRESOLVED, ddmin
 
 
 def test_ddmin_finds_the_two_changes_that_fail_only_together():
@@ -121,7 +121,7 @@ def test_a_hybrid_folder_replaces_its_files_and_leaves_a_untouched(tmp_path):
 
 
 def test_a_hybrid_takes_a_module_beside_a_file_only_when_it_imports_a_name_only_b_defines(tmp_path):
-    from kvparity.engine.real.hybrid import defined_names, imported_names
+    from kvparity.run.hybrid import defined_names, imported_names
 
     a, b = tmp_path / "a", tmp_path / "b"
     for root, helper in ((a, "def old():\n    pass\n"), (b, "def old():\n    pass\n\n\ndef new():\n    pass\n")):
@@ -300,7 +300,7 @@ def test_a_hybrid_as_adapter_cannot_drive_is_driven_by_bs(monkeypatch):
     """A hybrid keeps A's version file, so A's adapter drives it first; where that adapter cannot
     (0.5.3.post2's global_config.py no longer has what 0.5.3.post1's adapter reads), B's does."""
     from kvparity.cli.explain import _Replaying
-    from kvparity.engine.real import RealSGLangError
+    from kvparity.engine.errors import RealSGLangError
     from kvparity.engine.real.install import SGLangSource
 
     monkeypatch.setattr("kvparity.engine.real.install.resolve",

@@ -18,6 +18,8 @@ PACKAGE = ROOT / "kvparity"
 LAYERS = ("model", "caches", "engine", "real", "judge", "report", "run", "golden", "candidate", "teeth", "cli")
 # Layers in a folder of another's: real SGLang in the engine's.
 NESTED = {"real": ("engine", "real")}
+# The one module of real SGLang's layer the layers above it may import.
+DOOR = "kvparity.engine.real.door"
 # SGLang's model code and what it shares: below every layer (they import none of kvparity's).
 SHARED = ("kernels", "mem_cache", "legacy", "refactored")
 
@@ -61,6 +63,21 @@ def test_a_layer_imports_only_itself_and_layers_below(layer):
         if _layer(module) is not None and _layer(module) not in allowed
     ]
     assert not upward, "\n".join(upward)
+
+
+@pytest.mark.parametrize("layer", LAYERS[LAYERS.index("real") + 1:])
+def test_the_layers_above_real_sglang_reach_it_through_its_door(layer):
+    around = [f"{path.relative_to(ROOT)} imports {module}" for path in _layer_modules(layer) for module in _imports(path)
+              if _layer(module) == "real" and module != DOOR and not module.startswith(DOOR + ".")]
+    assert not around, "\n".join(around)
+
+
+def test_the_door_lets_through_what_it_lists_and_names_the_rest():
+    from kvparity.engine.real import door
+
+    assert all(getattr(door, name) is not None for name in door.__all__)
+    with pytest.raises(AttributeError, match="no 'build_real_world'.*resolve"):
+        door.build_real_world  # noqa: B018  (the worker side's: not let through)
 
 
 @pytest.mark.parametrize("shared", SHARED)

@@ -18,7 +18,8 @@ from pathlib import Path
 
 import pytest
 
-from kvparity.engine.real import RealSGLangError, install, standins, versions
+from kvparity.engine.errors import RealSGLangError
+from kvparity.engine.real import install, standins, versions
 from kvparity.engine.real.worker import RealWorker, RemoteError, WorkerDied, WorkerHung
 from kvparity.model.poison import POISON
 

@@ -11,7 +11,8 @@ import signal
 
 import pytest
 
-from kvparity.engine.real import WORKER_PLUGINS, RealSGLangError, install, zygote
+from kvparity.engine.errors import RealSGLangError
+from kvparity.engine.real import WORKER_PLUGINS, install, zygote
 from kvparity.engine.real.lane import RealLane
 from kvparity.engine.real.worker import RealWorker, WorkerDied
 from kvparity.golden.scenarios import GOLDENS

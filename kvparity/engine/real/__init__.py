@@ -14,12 +14,12 @@ worker only.
 - ``zygote``:   one import per release per run: workers forked from a process that has imported it
 """
 
+from kvparity.engine.errors import RealSGLangError
+
+__all__ = ["WORKER_PLUGINS", "RealSGLangError"]
+
 # The plugins every real SGLang worker loads, whichever drive it serves: the harness drive's
 # (``kvparity.engine.real.play``: kvparity's loop playing step scenarios) and the scheduler drive's
 # (``kvparity.engine.real.scheduler_shell``: the release's own scheduler playing traffic). One set,
 # so that one zygote per release (``kvparity.engine.real.zygote``) forks the workers of both drives.
 WORKER_PLUGINS = ("kvparity.engine.real.play", "kvparity.engine.real.scheduler_shell")
-
-
-class RealSGLangError(Exception):
-    """A problem with getting or running a real SGLang: one sentence naming it."""

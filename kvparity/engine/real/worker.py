@@ -39,6 +39,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from kvparity.engine.errors import WorkerStartError
 from kvparity.engine.real import RealSGLangError
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
@@ -115,10 +116,6 @@ class RemoteError(_Pickled):
         self.remote_traceback = error.get("traceback", "")
         self.oom = error.get("oom")
         super().__init__(f"{method} raised {self.type}: {self.remote_message}")
-
-
-class WorkerStartError(RealSGLangError):
-    """The worker could not get ready (SGLang failed to import, wrong version, ...)."""
 
 
 # --------------------------------------------------------------------------- parent side
