@@ -170,6 +170,24 @@ def test_a_scheduler_that_admits_nothing_is_stopped_not_spun(release_workers):
     assert len(run.decisions) <= STALL_PASSES + 2
 
 
+def test_a_retracted_window_request_never_readmitted_is_a_known_defect_of_0_5_15(release_workers):
+    """A window of 80 on a window pool of 102 slots: r7 is retracted, r6 finishes, and 0.5.15 never
+    admits r7 again (its window budget against the pool less what its own match locks); kvparity's
+    stall check stops the run, a known SGLang defect. 0.5.17 is not installed by CI; 0.5.21 ends it."""
+    from kvparity.engine.real.defects import RAISED, known_defect
+
+    config = ServerConfig(schedule_policy="lpm", pool_rows=4, kv_slots=128, max_prefill_tokens=4096,
+                          max_running_requests=4, schedule_conservativeness=0.3, sliding_window=80, swa_eviction_interval=1)
+    scenario = TrafficScenario(config, ((Arrival("r6", (*range(100000, 100004), *range(70000, 70016)), 46),
+                                         Arrival("r7", (*range(100000, 100004), *range(80000, 80025)), 36)),))
+    plain, arrivals = scenario.to_plain()
+    run = TrafficRun.from_plain(release_workers("0.5.15").call("run_traffic", config=plain, arrivals=arrivals))
+    assert run.error is not None and "admits nothing: 200 passes with 1 requests waiting and none running" in run.error.message
+    assert known_defect("0.5.15", config, RAISED, run.error.message).name == "retracted window request never readmitted"
+    fixed = TrafficRun.from_plain(release_workers("0.5.21").call("run_traffic", config=plain, arrivals=arrivals))
+    assert fixed.error is None and set(fixed.outputs) == {"r6", "r7"}
+
+
 def test_a_worker_s_errors_cross_a_process_whole():
     """A job process's exception reaches the parent pickled: it must come back as it was raised."""
     import pickle

@@ -111,6 +111,19 @@ KNOWN_DEFECTS: tuple[KnownDefect, ...] = (
         "sgl-project/sglang#40128 (open: skip the donation on exhaustion); shrunk: 4 requests in one pass, "
         "lpm, state slots the fewest a server runs 4 requests with, acknowledgements 2 passes late; 0.5.16 to "
         "0.5.22 do not raise on it", RAISED, ("Can not alloc mamba cache",), "hicache-mamba"),
+    # Found by the nemesis's controls of 0.5.15 and 0.5.16 (a sliding-window model's task), shrunk,
+    # traced on 0.5.16 with a log in PrefillAdder._swa_budget_for_req.
+    KnownDefect(
+        "retracted window request never readmitted", "0.5.15", "0.5.16",
+        "a sliding-window model whose window and a page nearly fill the window pool: a request retracted under "
+        "memory pressure is refused on every pass after the others finish, with nothing running, because its window "
+        "budget (the window and a page, whatever it reuses) is counted against the window pool less the tokens its "
+        "own match locks (the server serves nothing more: a livelock, which kvparity's stall check stops)",
+        "traced on 0.5.16: a window of 80 and a window pool of 102 slots; r7, retracted, needs 81 while 12 slots are "
+        "free and 61 evictable (its own match locks the other 29); 0.5.17 readmits it and ends in 55 passes (0.5.10 "
+        "and earlier, 0.5.18, 0.5.20 and 0.5.23 too; 0.5.11 to 0.5.14 not played); shrunk: 2 requests, one pass",
+        RAISED, ("the scheduler admits nothing",), "swa"),
+
     # Found by the nemesis's storage faults (kvparity's faulty backend), played on every release.
     KnownDefect(
         "prefetch tail released twice", "0.5.3", "0.5.5.post3",
