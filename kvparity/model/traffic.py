@@ -6,7 +6,8 @@ own loop decides. Plain, frozen data, printable as Python (``to_python``) and as
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
 from kvparity.mem_cache.schedule_policy import POLICIES
@@ -134,6 +135,19 @@ class ServerConfig:
     def window_slots(self) -> int | None:
         """The window pool's slots (None without a window)."""
         return None if self.sliding_window is None else window_slots(self.kv_slots, self.page_size, self.swa_kv_slots)
+
+    def to_plain(self) -> dict[str, Any]:
+        """As plain data, every field named (what crosses to a worker and into a verdict's JSON)."""
+        return asdict(self)
+
+    @classmethod
+    def from_plain(cls, data: Mapping[str, Any]) -> ServerConfig:
+        """``to_plain``'s inverse: a field left out takes this record's default (the one set of
+        defaults, on either side of a worker); a name that is no field is refused by name."""
+        unknown = sorted(set(data) - {f.name for f in fields(cls)})
+        if unknown:
+            raise ValueError(f"ServerConfig has no field {', '.join(map(repr, unknown))}")
+        return cls(**data)
 
     def __post_init__(self) -> None:
         if self.schedule_policy not in POLICIES:
@@ -287,7 +301,7 @@ class TrafficScenario:
         groups[last] += [{"abort": rid, "when": state} for rid, state in self.abort_when if rid == ANY_REQUEST]
         for i, rids in enumerate(self.aborts):
             groups[i] += [{"abort": rid} for rid in rids]
-        return asdict(self.config), groups
+        return self.config.to_plain(), groups
 
     def table_width(self, max_context_len: int) -> int:
         return table_width([(len(a.tokens), a.max_new_tokens) for group in self.arrivals for a in group],
@@ -314,7 +328,7 @@ def traffic_geometry(scenario: TrafficScenario) -> Geometry:
 
 def traffic_to_dict(scenario: TrafficScenario) -> dict[str, Any]:
     """A traffic scenario as JSON-ready data, marked as one (``--replay`` tells the two forms apart)."""
-    config = asdict(scenario.config)
+    config = scenario.config.to_plain()
     arrivals = [[a.to_plain() for a in group] for group in scenario.arrivals]
     body: dict[str, Any] = {"config": config, "arrivals": arrivals}
     if scenario.aborts:
@@ -331,7 +345,7 @@ def is_traffic_dict(data: Any) -> bool:
 def traffic_from_dict(data: dict[str, Any]) -> TrafficScenario:
     """``traffic_to_dict``'s inverse; a ValueError or TypeError names what is wrong."""
     body = data["traffic"]
-    config = ServerConfig(**body["config"])
+    config = ServerConfig.from_plain(body["config"])
     arrivals = tuple(tuple(Arrival(str(a["rid"]), tuple(int(t) for t in a["tokens"]), int(a["max_new_tokens"]))
                            for a in group) for group in body["arrivals"])
     aborts = tuple(tuple(str(rid) for rid in group) for group in body.get("aborts", ()))

@@ -11,6 +11,7 @@ import pytest
 from kvparity.engine.real.adapter import VOCAB_SIZE
 from kvparity.engine.traffic_run import TrafficRun
 from kvparity.model.canary import chain, token_from
+from kvparity.model.traffic import ServerConfig
 from kvparity.model.traffic_records import TABLE_ONLY, WRONG_KV, Decision
 
 RELEASES = ("0.5.3", "0.5.3.post1")
@@ -29,6 +30,17 @@ ARRIVALS = [
 def config(policy: str, loop: str = "normal") -> dict:
     return {"loop": loop, "schedule_policy": policy, "page_size": 1, "pool_rows": 8, "kv_slots": 512, "max_prefill_tokens": 11,
             "chunked_prefill_size": None, "max_running_requests": 8, "radix_cache": True}
+
+
+def test_a_server_crosses_to_a_worker_as_plain_data_with_one_set_of_defaults():
+    """The worker reads ``run_traffic``'s config back into the record the scenario held: a field left
+    out takes the record's default, a name that is no field is refused by name."""
+    server = ServerConfig(schedule_policy="lpm", pool_rows=4, max_running_requests=4, mamba_slots=12, hicache_ratio=2.0,
+                          hicache_ack_delay=2)
+    assert ServerConfig.from_plain(server.to_plain()) == server
+    assert ServerConfig.from_plain({"kv_slots": 64}) == ServerConfig(kv_slots=64)
+    with pytest.raises(ValueError, match="no field 'pool_row'"):
+        ServerConfig.from_plain({"pool_row": 2})
 
 
 @pytest.fixture

@@ -75,6 +75,7 @@ from kvparity.engine.snapshot import (
     STATE_POOL,
     STORAGE_FAULTS,
 )
+from kvparity.model.traffic import ServerConfig
 
 # A HiCache world's KV: float32, head_dim KV_LANES (the canary's lanes, ``LaneStore``, need 7).
 KV_LANES = 8
@@ -113,14 +114,13 @@ class HostTier:
     prefetch_policy: str = "wait_complete"  # when a prefetch from storage may end (SGLang's own policy)
 
     @classmethod
-    def of(cls, config: dict[str, Any]) -> HostTier | None:
-        """The host tier a traffic run's server configuration (``ServerConfig``'s fields) names."""
-        if config.get("hicache_ratio") is None:
+    def of(cls, server: ServerConfig) -> HostTier | None:
+        """The host tier a traffic run's server names (None: none)."""
+        if server.hicache_ratio is None:
             return None
-        return cls(float(config["hicache_ratio"]), str(config.get("hicache_write_policy", "write_through")),
-                   bool(config.get("hicache_storage", False)), int(config.get("hicache_ack_delay", 0)),
-                   float(config.get("hicache_storage_failure", 0.0)), int(config.get("hicache_storage_seed", 0)),
-                   str(config.get("hicache_storage_failing", "")), str(config.get("hicache_prefetch_policy", "wait_complete")))
+        return cls(server.hicache_ratio, server.hicache_write_policy, server.hicache_storage, server.hicache_ack_delay,
+                   server.hicache_storage_failure, server.hicache_storage_seed, server.hicache_storage_failing,
+                   server.hicache_prefetch_policy)
 
     def server_fields(self, states: bool = False) -> dict[str, Any]:
         """The server arguments that attach this tier (what a CPU can copy with: io backend

@@ -79,7 +79,7 @@ from kvparity.engine.real.versions import VersionEntry
 from kvparity.engine.real.worker import Context, remote
 from kvparity.engine.traffic_run import TrafficRun
 from kvparity.model.canary import token_from
-from kvparity.model.traffic import ANY_REQUEST, LOOPS, table_width, window_slots
+from kvparity.model.traffic import ANY_REQUEST, LOOPS, MAX_CONTEXT_LEN, ServerConfig, table_width, window_slots
 from kvparity.model.traffic_records import TABLE_ONLY, WRONG_KV, Decision, InflightFinding, StopError
 
 # Extra stand-ins for the scheduler's import chain (wider than the KV path's), every release; an
@@ -434,52 +434,49 @@ def _shell_class(mod: Any, adapter: ShellAdapter) -> Any:
     return type("SchedulerShell", (SchedulerShell,), {"__module__": __name__, **hooks})
 
 
-def _knobs(config: dict[str, Any]) -> Knobs:
-    loop = str(config.get("loop", "normal"))
-    if loop not in LOOPS:
-        raise ValueError(f"run_traffic: loop {loop!r} is none of {LOOPS}")
-    chunked = config.get("chunked_prefill_size")
-    pool_rows = int(config["pool_rows"])
+def _knobs(server: ServerConfig, max_context_len: int = MAX_CONTEXT_LEN) -> Knobs:
+    if server.loop not in LOOPS:
+        raise ValueError(f"run_traffic: loop {server.loop!r} is none of {LOOPS}")
+    chunked = server.chunked_prefill_size
     return Knobs(
-        loop=loop, schedule_policy=str(config.get("schedule_policy", "fcfs")), page_size=int(config.get("page_size", 1)),
-        pool_rows=pool_rows, max_context_len=int(config.get("max_context_len", 4096)), kv_slots=int(config["kv_slots"]),
-        max_prefill_tokens=int(config["max_prefill_tokens"]),
-        chunked_prefill_size=None if chunked is None or int(chunked) <= 0 else int(chunked),
-        max_running_requests=int(config.get("max_running_requests", pool_rows)),
-        radix_cache=bool(config.get("radix_cache", True)),
-        schedule_conservativeness=float(config.get("schedule_conservativeness", 1.0)),
-        tree_core=config.get("tree_core"),
-        **_hybrid(config),
+        loop=server.loop, schedule_policy=server.schedule_policy, page_size=server.page_size,
+        pool_rows=server.pool_rows, max_context_len=max_context_len, kv_slots=server.kv_slots,
+        max_prefill_tokens=server.max_prefill_tokens,
+        chunked_prefill_size=None if chunked is None or chunked <= 0 else chunked,
+        max_running_requests=server.max_running_requests, radix_cache=server.radix_cache,
+        schedule_conservativeness=server.schedule_conservativeness, tree_core=server.tree_core,
+        **_hybrid(server),
     )
 
 
-def _hybrid(config: dict[str, Any]) -> dict[str, Any]:
+def _hybrid(server: ServerConfig) -> dict[str, Any]:
     """A hybrid model's settings (none for full attention): a Mamba model's state slots, or a
     sliding-window model's window, its pool sized as ``ServerConfig.window_slots`` says (SGLang's
     default share where the scenario leaves it); and a host tier."""
-    host = HostTier.of(config)
+    host = HostTier.of(server)
     tier = {} if host is None else {"host": host}
-    if config.get("mamba_slots") is not None:
-        return {"mamba_slots": int(config["mamba_slots"])} | tier
+    if server.mamba_slots is not None:
+        return {"mamba_slots": server.mamba_slots} | tier
     if host is not None:
         return tier
-    if config.get("sliding_window") is None:
+    if server.sliding_window is None:
         return {}
-    slots, interval = config.get("swa_kv_slots"), config.get("swa_eviction_interval")
-    return {"sliding_window": int(config["sliding_window"]),
-            "swa_kv_slots": window_slots(int(config["kv_slots"]), int(config.get("page_size", 1)),
-                                         None if slots is None else int(slots)),
-            "swa_eviction_interval": None if interval is None else int(interval)}
+    return {"sliding_window": server.sliding_window,
+            "swa_kv_slots": window_slots(server.kv_slots, server.page_size, server.swa_kv_slots),
+            "swa_eviction_interval": server.swa_eviction_interval}
 
 
 def _build(ctx: Context, adapter: ShellAdapter, config: dict[str, Any], arrivals: list[list[dict[str, Any]]]) -> Any:
     entry = ctx.require_sglang()
-    knobs = _knobs(config)
-    fault = config.get("fault")
+    # The server as its record (one set of defaults); beside it, a test's fault and the row width.
+    plain = dict(config)
+    fault, max_context_len = plain.pop("fault", None), int(plain.pop("max_context_len", MAX_CONTEXT_LEN))
+    server = ServerConfig.from_plain(plain)
+    knobs = _knobs(server, max_context_len)
     if fault is not None and fault.get("name") not in FAULTS:
         raise ValueError(f"run_traffic: no fault named {fault.get('name')!r} (known: {sorted(FAULTS)})")
     mod = scheduler_module(adapter)
-    _set_test_retract(mod, entry, config.get("forced_retraction"))
+    _set_test_retract(mod, entry, server.forced_retraction)
     world = adapter.build_world(entry, knobs)
     cls = _shell_class(mod, adapter)
     shell = cls.__new__(cls)
