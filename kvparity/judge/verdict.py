@@ -314,4 +314,5 @@ def _finding_json(verdict: Verdict, drive: Any, label: str, scenarios: int, defe
     example = verdict.finding_example(label)
     known = None if defect is None or defect.known is None else defect.known.line
     return {"scenarios": scenarios, "defect": defect is not None, "known": known,
+            "line": example.line(label) if example else None,  # what was seen, in the example shown
             "first": example_json(example, drive), "detail": (example.detail(label) or None) if example else None}

@@ -71,6 +71,7 @@ def test_a_finding_is_counted_as_known_only_where_the_release_is_known_to_have_i
     assert {label: f.known and f.known.name for label, f in verdict.defects.items()} == {
         raised: None, f"{raised} (Mamba state leaked by a refused request)": "Mamba state leaked by a refused request"}
     assert verdict.findings == {raised: 1, f"{raised} (Mamba state leaked by a refused request)": 2}
+    assert to_json(verdict, drive)["findings"][raised]["line"] == "iteration 1: AssertionError: deep in the host tier"
 
 
 def test_an_in_flight_table_change_over_the_same_kv_is_no_defect_a_read_of_wrong_kv_is(drive):
