@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from kvparity.engine.canary import KVCanary, LaneStore, SlotStore
+from kvparity.engine.real.defects import RAISED, known_defect
 from kvparity.engine.snapshot import HostNode, HostState
 from kvparity.judge.memory import run_problems
 from kvparity.judge.oracles import host_nodes_consistent, host_slots_conserved
@@ -321,17 +322,27 @@ def write_back_storage_scenario(host_ratio: float) -> TrafficScenario:
                                     (Arrival("r0", r0, 1), Arrival("r1", r0[:49], 1))))
 
 
-def test_write_back_eviction_behind_storage_backups_raises_out_of_memory_a_known_defect(release_workers):
-    from kvparity.engine.real.defects import RAISED, known_defect
+WRITE_BACK_BEHIND_STORAGE = "write-back eviction stopped by storage backups"
+
+
+def _raises_a_known_defect(release_workers, release: str, scenario: TrafficScenario, seen: str, name: str) -> str:
+    """``release``'s run of ``scenario`` stops on an error that says ``seen`` and is SGLang's known
+    defect ``name``; the error's message."""
     from kvparity.engine.traffic_run import TrafficRun
 
-    scenario = write_back_storage_scenario(0.75)  # a host of 73 slots
     config, arrivals = scenario.to_plain()
-    run = TrafficRun.from_plain(release_workers("0.5.23").call("run_traffic", config=config, arrivals=arrivals))
-    assert run.error is not None and "Out of memory" in run.error.message
-    assert "full_available_size=48 + full_evictable_size_=48" in run.error.message  # counted, never freed
-    known = known_defect("0.5.23", scenario.config, RAISED, run.error.message)
-    assert known is not None and known.name == "write-back eviction stopped by storage backups"
+    run = TrafficRun.from_plain(release_workers(release).call("run_traffic", config=config, arrivals=arrivals))
+    assert run.error is not None and seen in run.error.message, run.error
+    known = known_defect(release, scenario.config, RAISED, run.error.message)
+    assert known is not None and known.name == name, known
+    return run.error.message
+
+
+def test_write_back_eviction_behind_storage_backups_raises_out_of_memory_a_known_defect(release_workers):
+    scenario = write_back_storage_scenario(0.75)  # a host of 73 slots
+    # 48 tokens counted evictable, never freed
+    _raises_a_known_defect(release_workers, "0.5.23", scenario, "full_available_size=48 + full_evictable_size_=48",
+                           WRITE_BACK_BEHIND_STORAGE)
     _played(release_workers, "0.5.23", write_back_storage_scenario(2.0))  # a host of 192: room enough, none
 
 
@@ -353,16 +364,10 @@ def full_attention_write_back_storage_scenario(**change: object) -> TrafficScena
 def test_write_back_eviction_behind_storage_backups_raises_on_a_full_attention_host_tier_too(release_workers):
     """The same defect without a Mamba model (0.5.22, 0.5.23): Prefill out of memory with 52 tokens
     counted evictable; the same traffic with storage off or a host of 192 runs to its end."""
-    from kvparity.engine.real.defects import RAISED, known_defect
-    from kvparity.engine.traffic_run import TrafficRun
-
     scenario = full_attention_write_back_storage_scenario()
-    config, arrivals = scenario.to_plain()
-    run = TrafficRun.from_plain(release_workers("0.5.23").call("run_traffic", config=config, arrivals=arrivals))
-    assert run.error is not None and "full_available_size=12 + full_evictable_size_=52" in run.error.message
-    known = known_defect("0.5.23", scenario.config, RAISED, run.error.message)
-    assert known is not None and known.name == "write-back eviction stopped by storage backups"
-    assert known_defect("0.5.18", scenario.config, RAISED, run.error.message) is None
+    message = _raises_a_known_defect(release_workers, "0.5.23", scenario, "full_available_size=12 + full_evictable_size_=52",
+                                     WRITE_BACK_BEHIND_STORAGE)
+    assert known_defect("0.5.18", scenario.config, RAISED, message) is None
     _played(release_workers, "0.5.23", full_attention_write_back_storage_scenario(hicache_storage=False))
     _played(release_workers, "0.5.23", full_attention_write_back_storage_scenario(hicache_ratio=2.0))
 
@@ -384,16 +389,10 @@ def unpaged_write_back_storage_scenario(**change: object) -> TrafficScenario:
 def test_write_back_eviction_behind_storage_backups_raises_in_pages_of_one_too(release_workers):
     """The full-attention form on 0.5.20 and 0.5.21, pages of 1: alloc_token_slots raises Out of memory
     with 85 tokens counted evictable; the normal loop, or a larger host, runs to its end."""
-    from kvparity.engine.real.defects import RAISED, known_defect
-    from kvparity.engine.traffic_run import TrafficRun
-
     scenario = unpaged_write_back_storage_scenario()
-    config, arrivals = scenario.to_plain()
-    run = TrafficRun.from_plain(release_workers("0.5.21").call("run_traffic", config=config, arrivals=arrivals))
-    assert run.error is not None and "full_available_size=11 + full_evictable_size_=85" in run.error.message
-    known = known_defect("0.5.21", scenario.config, RAISED, run.error.message)
-    assert known is not None and known.name == "write-back eviction stopped by storage backups"
-    assert known_defect("0.5.18", scenario.config, RAISED, run.error.message) is None
+    message = _raises_a_known_defect(release_workers, "0.5.21", scenario, "full_available_size=11 + full_evictable_size_=85",
+                                     WRITE_BACK_BEHIND_STORAGE)
+    assert known_defect("0.5.18", scenario.config, RAISED, message) is None
     _played(release_workers, "0.5.21", unpaged_write_back_storage_scenario(loop="normal"))
     _played(release_workers, "0.5.21", unpaged_write_back_storage_scenario(hicache_ratio=2.0))
 
@@ -415,15 +414,9 @@ def hiradix_write_back_storage_scenario(**change: object) -> TrafficScenario:
 def test_a_hiradix_write_back_host_tier_behind_storage_raises_out_of_memory_a_known_defect(release_workers):
     """0.5.15 to 0.5.18: Prefill out of memory with 48 tokens counted evictable; with write_through, or
     a host of 192, the same traffic runs to its end."""
-    from kvparity.engine.real.defects import RAISED, known_defect
-    from kvparity.engine.traffic_run import TrafficRun
-
     scenario = hiradix_write_back_storage_scenario()
-    config, arrivals = scenario.to_plain()
-    run = TrafficRun.from_plain(release_workers("0.5.15").call("run_traffic", config=config, arrivals=arrivals))
-    assert run.error is not None and "(available_size=4 + evictable_size=48)" in run.error.message
-    known = known_defect("0.5.15", scenario.config, RAISED, run.error.message)
-    assert known is not None and known.name == "write-back host tier out of memory behind storage (HiRadixCache)"
+    _raises_a_known_defect(release_workers, "0.5.15", scenario, "(available_size=4 + evictable_size=48)",
+                           "write-back host tier out of memory behind storage (HiRadixCache)")
     _played(release_workers, "0.5.15", hiradix_write_back_storage_scenario(hicache_write_policy="write_through"))
     _played(release_workers, "0.5.15", hiradix_write_back_storage_scenario(hicache_ratio=2.0))
 
