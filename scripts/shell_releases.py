@@ -40,8 +40,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from kvparity.engine.errors import RealSGLangError
 from kvparity.engine.real.install import resolve  # noqa: E402
 from kvparity.engine.real.shell_adapters import adapter_for  # noqa: E402
-from kvparity.engine.real.versions import SUPPORTED, version_key  # noqa: E402
+from kvparity.engine.real.versions import SUPPORTED  # noqa: E402
 from kvparity.engine.real.worker import RealWorker, RemoteError  # noqa: E402
+from kvparity.engine.release_order import version_key  # noqa: E402
 from kvparity.engine.traffic_run import TrafficRun  # noqa: E402
 from kvparity.model.traffic import LOOPS, Arrival, ServerConfig, TrafficScenario  # noqa: E402
 from kvparity.model.traffic_records import InflightFinding  # noqa: E402

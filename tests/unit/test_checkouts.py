@@ -20,6 +20,7 @@ import pytest
 
 from kvparity.engine.errors import RealSGLangError
 from kvparity.engine.real import install, probe, versions
+from kvparity.engine.release_order import parse_version, version_key
 
 from checkout_cases import _checkout, _edit, _release
 
@@ -33,18 +34,18 @@ from checkout_cases import _checkout, _edit, _release
      (" sglang==0.5.3.post1 ", "0.5.3.post1")],
 )
 def test_parse_version_accepts_pep440_and_normalizes_it(text, normalized):
-    assert versions.parse_version(text) == normalized
+    assert parse_version(text) == normalized
 
 
 @pytest.mark.parametrize("text", ["banana", "0.5", "sglang>=0.5.3", ""])
 def test_parse_version_refuses_what_is_not_an_sglang_version(text):
     with pytest.raises(RealSGLangError, match="is not an SGLang version"):
-        versions.parse_version(text)
+        parse_version(text)
 
 
 def test_version_key_orders_dev_rc_final_local_post():
     shuffled = ["0.5.3.post1", "0.5.3+g1a2b3c4", "0.5.3", "0.5.3.dev2", "0.5.3rc1"]
-    assert sorted(shuffled, key=versions.version_key) == [
+    assert sorted(shuffled, key=version_key) == [
         "0.5.3.dev2", "0.5.3rc1", "0.5.3", "0.5.3+g1a2b3c4", "0.5.3.post1"]
 
 

@@ -21,6 +21,7 @@ import pytest
 from kvparity.engine.errors import RealSGLangError
 from kvparity.engine.real import install, standins, versions
 from kvparity.engine.real.worker import RealWorker, RemoteError, WorkerDied, WorkerHung
+from kvparity.engine.release_order import version_key
 from kvparity.model.poison import POISON
 
 # The versions the worker tests drive (KVPARITY_REAL_SGLANG_VERSIONS=0.5.3,0.5.4 to choose).
@@ -493,12 +494,12 @@ RELEASES_0_5_3_TO_0_5_23 = (
 
 
 def test_every_release_is_driven_or_refused_with_its_reason():
-    assert sorted(set(versions.SUPPORTED) | set(versions.NOT_DRIVEN), key=versions.version_key) == RELEASES_0_5_3_TO_0_5_23
+    assert sorted(set(versions.SUPPORTED) | set(versions.NOT_DRIVEN), key=version_key) == RELEASES_0_5_3_TO_0_5_23
     assert not set(versions.SUPPORTED) & set(versions.NOT_DRIVEN)
 
 
 def test_each_release_entry_is_the_one_before_plus_its_changes():
-    ordered = [versions.SUPPORTED[v] for v in sorted(versions.SUPPORTED, key=versions.version_key)]
+    ordered = [versions.SUPPORTED[v] for v in sorted(versions.SUPPORTED, key=version_key)]
     for before, after in zip(ordered, ordered[1:]):
         changed = {k for k, v in vars(after).items() if k != "version" and vars(before)[k] != v}
         assert changed == set(dict(versions.CHANGES)[after.version]), after.version

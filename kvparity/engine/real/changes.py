@@ -18,7 +18,7 @@ between two releases can be traced to it: undone in a replay, the two decide ali
 from __future__ import annotations
 
 from kvparity.engine.change import ADMISSION, BEHAVIOUR, RENUMBERING, Change
-from kvparity.engine.real.versions import version_key
+from kvparity.engine.release_order import version_key
 
 CHANGES: tuple[Change, ...] = (
     Change("0.5.3.post1", BEHAVIOUR, "PR #11200: write_cache_indices writes prefix and new slots in one kernel; "

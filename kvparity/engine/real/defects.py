@@ -14,7 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from kvparity.caches import kind_of
-from kvparity.engine.real.versions import version_key
+from kvparity.engine.release_order import version_key
 from kvparity.model.traffic import BETWEEN_PAGES, ServerConfig
 
 # The finding kinds a defect shows as (the tail of a scheduler-driven finding's label).

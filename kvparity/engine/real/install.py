@@ -32,6 +32,7 @@ from pathlib import Path
 from packaging.version import Version
 
 from kvparity.engine.real import RealSGLangError, versions
+from kvparity.engine.release_order import parse_version, version_key
 
 ENV_CACHE = "KVPARITY_SGLANG_CACHE"  # overrides the cache folder (tests use it)
 ENV_WHEELS = "KVPARITY_SGLANG_WHEELS"
@@ -125,7 +126,7 @@ def git_version(folder: str | os.PathLike[str]) -> str | None:
     tag, _, rest = done.stdout.strip().rpartition("-g") if done.returncode == 0 else ("", "", "")
     tag, _, distance = tag.rpartition("-")
     try:
-        version = versions.version_key(tag.removeprefix("v"))
+        version = version_key(tag.removeprefix("v"))
     except RealSGLangError:
         return None
     if distance == "0":
@@ -149,7 +150,7 @@ def folder_version(folder: str | os.PathLike[str]) -> tuple[str, str]:
     checkout's git metadata, else ``(UNVERSIONED, "none")``."""
     found = read_version(folder)
     if found is not None:
-        return versions.parse_version(found), "file"
+        return parse_version(found), "file"
     from_git = git_version(folder)
     if from_git is not None:
         return from_git, "git"
@@ -175,7 +176,7 @@ def _looks_like_path(spec: str) -> bool:
     if os.sep in spec or (os.altsep is not None and os.altsep in spec) or spec.startswith((".", "~")):
         return True
     try:
-        versions.parse_version(spec)
+        parse_version(spec)
         return False
     except RealSGLangError:
         return os.path.exists(spec)
@@ -273,7 +274,7 @@ def resolve(
         raise RealSGLangError("an empty SGLang spec: give a version such as 0.5.3 or a path to a folder holding sglang")
     if not spec.lower().startswith("sglang==") and _looks_like_path(spec):
         return _resolve_path(spec, check_supported=check_supported)
-    version = versions.parse_version(spec)
+    version = parse_version(spec)
     if check_supported:
         versions.entry(version)
     dest = Path(cache_dir).expanduser() if cache_dir is not None else cache_root()

@@ -41,6 +41,7 @@ from typing import Any
 
 from kvparity.engine.errors import WorkerStartError
 from kvparity.engine.real import RealSGLangError
+from kvparity.engine.release_order import parse_version
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 DEFAULT_CALL_TIMEOUT = 120.0
@@ -568,7 +569,7 @@ def _startup(args: argparse.Namespace, ctx: Context) -> None:
     if os.path.realpath(loaded_from) != os.path.realpath(folder):
         raise RealSGLangError(f"sglang was imported from {loaded_from!r}, not from {folder!r}")
     real_version = importlib.import_module("sglang.version").__version__
-    if version_from == "file" and versions.parse_version(real_version) != on_disk:
+    if version_from == "file" and parse_version(real_version) != on_disk:
         raise RealSGLangError(f"sglang reports version {real_version}, its version file says {on_disk}")
     from kvparity.engine.real import adapter
 
