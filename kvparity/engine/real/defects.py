@@ -58,9 +58,14 @@ def _storage(config: ServerConfig) -> bool:
     return config.hicache_storage
 
 
+def _write_back(config: ServerConfig) -> bool:
+    """A host tier that backs the device up only on eviction (the only policy that pins load-backs)."""
+    return config.hicache_write_policy == "write_back"
+
+
 def _write_back_to_storage(config: ServerConfig) -> bool:
     """A host tier that backs the device up only on eviction, with a storage tier behind it."""
-    return config.hicache_write_policy == "write_back" and config.hicache_storage
+    return _write_back(config) and config.hicache_storage
 
 
 # Traced by playing every release with a Mamba model against itself (scheduler-driven, fcfs and lpm,
@@ -191,7 +196,7 @@ KNOWN_DEFECTS: tuple[KnownDefect, ...] = (
         "(the latest driven); 0.5.19 has no back-off; shrunk: s loads a 30-token prefix back, and the next pass r3 "
         "matches 20 device tokens and the state at 24 on the host, acknowledgements 2 passes late; 0.5.20 to 0.5.23 "
         "read the empty state, 0.5.19 none; none with write_through or acknowledgements 0 or 1 pass late", CANARY,
-        ("holds the empty state",), "hicache-mamba", lambda config: config.hicache_write_policy == "write_back"),
+        ("holds the empty state",), "hicache-mamba", _write_back),
 )
 
 

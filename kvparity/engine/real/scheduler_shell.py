@@ -79,7 +79,7 @@ from kvparity.engine.real.versions import VersionEntry
 from kvparity.engine.real.worker import Context, remote
 from kvparity.engine.traffic_run import TrafficRun
 from kvparity.model.canary import token_from
-from kvparity.model.traffic import ANY_REQUEST, LOOPS, MAX_CONTEXT_LEN, ServerConfig, table_width, window_slots
+from kvparity.model.traffic import ANY_REQUEST, MAX_CONTEXT_LEN, ServerConfig, table_width, window_slots
 from kvparity.model.traffic_records import TABLE_ONLY, WRONG_KV, Decision, InflightFinding, StopError
 
 # Extra stand-ins for the scheduler's import chain (wider than the KV path's), every release; an
@@ -435,8 +435,7 @@ def _shell_class(mod: Any, adapter: ShellAdapter) -> Any:
 
 
 def _knobs(server: ServerConfig, max_context_len: int = MAX_CONTEXT_LEN) -> Knobs:
-    if server.loop not in LOOPS:
-        raise ValueError(f"run_traffic: loop {server.loop!r} is none of {LOOPS}")
+    """The shell's knobs of a server (its record has checked its own fields, the loop among them)."""
     chunked = server.chunked_prefill_size
     return Knobs(
         loop=server.loop, schedule_policy=server.schedule_policy, page_size=server.page_size,
