@@ -197,8 +197,12 @@ def _both_serve(real: Any, cache: str) -> bool:
 
 
 def _none_served(real: Any, caches: tuple[str, ...]) -> str:
+    """Which kinds each release serves, from the registry: what the user may ask for instead."""
+    kinds = cache_kinds().KINDS.values()
+    serves = [f"{side.version}: {', '.join(k.name for k in kinds if k.served_by(side.entry))}"
+              for side in (real.reference, real.checked)]
     return (f"--caches {','.join(caches)}: SGLang {real.reference.version} and {real.checked.version} do not both "
-            f"serve any of them (Mamba from 0.5.3.post2)")
+            f"serve any of them (they serve {'; '.join(serves)})")
 
 
 def check_plans(args: argparse.Namespace, real: Any, jobs: int, budget: float | None) -> list[CheckPlan] | str:

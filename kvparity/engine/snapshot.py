@@ -15,10 +15,14 @@ import dataclasses
 import functools
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any, NamedTuple
+from typing import Any
 
 import torch
 
+from kvparity.caches.host_pool import HostNode, HostState
+from kvparity.caches.pool import PoolRecord, pools_from_plain, pools_to_plain
+from kvparity.caches.state_pool import MambaState
+from kvparity.caches.window_pool import WindowState
 from kvparity.engine.scheduler import Scheduler, StageRecord, dtype_name
 from kvparity.kernels import runtime
 
@@ -54,137 +58,6 @@ class RequestView:
     slotted: int = 0  # how many of its tokens have a KV slot: its row's live columns [0, slotted)
 
 
-@dataclass
-class WindowState:
-    """A sliding-window model's window pool after an iteration: each full slot that holds a window
-    slot (SGLang's ``full_to_swa_index_mapping``, 0: none; a tree node whose full slots hold none
-    is tombstoned), the window allocator's free pages, and the tree's window sizes."""
-
-    slots: int  # the window pool's size (page 0 is the padding sink, never handed out)
-    page_size: int
-    mapped: tuple[tuple[int, int], ...]  # (full slot, window slot), by full slot
-    free: tuple[int, ...]  # free window pages: the free list, then those waiting to be sorted in
-    available_size: int
-    evictable_size: int = 0
-    protected_size: int = 0
-
-    def to_plain(self) -> dict[str, Any]:
-        return {**dataclasses.asdict(self), "mapped": [list(pair) for pair in self.mapped], "free": list(self.free)}
-
-    @classmethod
-    def from_plain(cls, data: dict[str, Any]) -> WindowState:
-        return cls(**{**data, "mapped": tuple((int(f), int(w)) for f, w in data["mapped"]), "free": tuple(data["free"])})
-
-
-@dataclass
-class MambaState:
-    """A hybrid linear (Mamba) model's state pool after an iteration: which slot each request row in
-    use names (SGLang's ``req_index_to_mamba_index_mapping``), the slots the tree keeps, the free
-    slots, and the tree's state sizes. Every slot of the pool (``slots``) is exactly one of free,
-    kept by the tree, or named by a row in use."""
-
-    slots: tuple[int, ...]  # the pool's slots (1..size from 0.5.4; 0..size-1 in 0.5.3.post2)
-    rows: tuple[tuple[int, int], ...]  # (row in use, its state slot), by row
-    tree: tuple[int, ...]  # the slots the tree keeps, sorted
-    free: tuple[int, ...]  # the free list, in order
-    available_size: int
-    evictable_size: int = 0
-    protected_size: int = 0
-    # Slots requests without a row hold, sorted: a waiting request's match took one (before 0.5.10
-    # a refused request keeps it for its admission; from 0.5.10 the scheduler frees it).
-    waiting: tuple[int, ...] = ()
-
-    def to_plain(self) -> dict[str, Any]:
-        return {**dataclasses.asdict(self), "slots": list(self.slots), "rows": [list(pair) for pair in self.rows],
-                "tree": list(self.tree), "free": list(self.free), "waiting": list(self.waiting)}
-
-    @classmethod
-    def from_plain(cls, data: dict[str, Any]) -> MambaState:
-        return cls(**{**data, "slots": tuple(data["slots"]), "rows": tuple((int(r), int(s)) for r, s in data["rows"]),
-                      "tree": tuple(data["tree"]), "free": tuple(data["free"]),
-                      "waiting": tuple(data.get("waiting", ()))})
-
-
-class HostNode(NamedTuple):
-    """A tree node with host KV (or listed by a load-back): its full token path in its extra key's
-    tree, its host slots, its device slots (None once the device evicted them), and whether a
-    backup or a load-back lists it."""
-
-    path: tuple[int, ...]
-    host: tuple[int, ...]
-    device: tuple[int, ...] | None
-    writing: bool
-    loading: bool
-    extra_key: str | None = None
-
-    def to_plain(self) -> list[Any]:
-        return [list(self.path), list(self.host), None if self.device is None else list(self.device),
-                self.writing, self.loading, self.extra_key]
-
-    @classmethod
-    def from_plain(cls, data: list[Any]) -> HostNode:
-        path, host, device, writing, loading, *extra = data
-        return cls(tuple(path), tuple(host), None if device is None else tuple(device), bool(writing), bool(loading),
-                   extra[0] if extra else None)
-
-
-def in_tree_order(nodes: Iterable[HostNode]) -> list[HostNode]:
-    """Host nodes by extra key's tree (the plain tree first), then path: as trees list their nodes."""
-    return sorted(nodes, key=lambda n: (n.extra_key is not None, n.extra_key or "", n.path))
-
-
-@dataclass
-class HostState:
-    """A host tier's pool after an iteration: its slots (``0 .. slots-1``), the free ones, and the
-    tree's nodes holding host KV (``HostNode``: path, host slots, device slots or None once the
-    device evicted them, whether a backup or a load-back lists them), and the host slots a fetch
-    from storage holds outside the tree (``in_flight``). Every host slot is exactly one of free,
-    backing one node, or in flight; none a transfer lists is free. ``fetched``: the tokens brought
-    from storage so far (up to 0.5.18 a fetch lands within the iteration it starts in, so no
-    snapshot sees it in flight)."""
-
-    slots: int
-    free: tuple[int, ...]
-    nodes: tuple[HostNode, ...]
-    available_size: int
-    in_flight: tuple[int, ...] = ()
-    fetched: int = 0
-    storage_faults: tuple[str, ...] = ()  # the storage calls SGLang's injector failed so far, by name (the nemesis)
-    prefetches_cut: int = 0  # prefetches from storage the release's policy ended before every page came
-    backups_refused: int = 0  # backups to the host that found no host room (the release's write returned None)
-    loads_refused: int = 0  # load-backs to the device that found no device room (its load returned None)
-
-    def to_plain(self) -> dict[str, Any]:
-        return {"slots": self.slots, "free": list(self.free), "available_size": self.available_size,
-                "in_flight": list(self.in_flight), "fetched": self.fetched, "storage_faults": list(self.storage_faults),
-                "prefetches_cut": self.prefetches_cut, "backups_refused": self.backups_refused,
-                "loads_refused": self.loads_refused, "nodes": [node.to_plain() for node in self.nodes]}
-
-    @classmethod
-    def from_plain(cls, data: dict[str, Any]) -> HostState:
-        return cls(slots=int(data["slots"]), free=tuple(data["free"]), available_size=int(data["available_size"]),
-                   in_flight=tuple(data.get("in_flight", ())), fetched=int(data.get("fetched", 0)),
-                   storage_faults=tuple(data.get("storage_faults", ())),
-                   prefetches_cut=int(data.get("prefetches_cut", 0)),
-                   backups_refused=int(data.get("backups_refused", 0)), loads_refused=int(data.get("loads_refused", 0)),
-                   nodes=tuple(HostNode.from_plain(node) for node in data["nodes"]))
-
-    @property
-    def read_faults(self) -> int:
-        """The storage reads (``batch_get``, ``batch_get_v1``, ...) SGLang's injector failed so far."""
-        return sum(call.startswith("batch_get") for call in self.storage_faults)
-
-    @property
-    def host_only_tokens(self) -> int:
-        """Tokens the tree keeps on the host alone (the device evicted them)."""
-        return sum(len(node.host) for node in self.nodes if node.device is None)
-
-    @property
-    def loading(self) -> tuple[int, ...]:
-        """Host slots a load-back lists (sorted)."""
-        return tuple(sorted(s for node in self.nodes if node.loading for s in node.host))
-
-
 @dataclass(frozen=True)
 class Snapshot:
     record: StageRecord
@@ -201,10 +74,30 @@ class Snapshot:
     # What the scheduler's admission reckoned with (scheduler-driven only): ``new_token_ratio`` and
     # what the PrefillAdder of this iteration was given, as (name, value) pairs; shown, not compared.
     accounting: tuple[tuple[str, float], ...] = ()
-    window: WindowState | None = None  # a sliding-window model's window pool (None: full attention)
-    states: MambaState | None = None  # a Mamba model's state pool (None: no Mamba layer)
-    host: HostState | None = None  # a host tier's pool (None: no host tier)
-    state_host: HostState | None = None  # a Mamba model's host tier's state pool (its nodes' host states)
+    # The pools the world's cache kind adds beside the device's KV, by name (``kvparity.caches.pool``:
+    # none for full attention); the judges ask the registry of pools, not these names.
+    pools: dict[str, PoolRecord] = dataclasses.field(default_factory=dict)
+
+    # The pools by name, typed, for what reads one pool's shapes (the traffic classes, the canary).
+    @property
+    def window(self) -> WindowState | None:
+        """A sliding-window model's window pool (None: full attention)."""
+        return self.pools.get("window")  # type: ignore[return-value]
+
+    @property
+    def states(self) -> MambaState | None:
+        """A Mamba model's state pool (None: no Mamba layer)."""
+        return self.pools.get("states")  # type: ignore[return-value]
+
+    @property
+    def host(self) -> HostState | None:
+        """A host tier's pool (None: no host tier)."""
+        return self.pools.get("host")  # type: ignore[return-value]
+
+    @property
+    def state_host(self) -> HostState | None:
+        """A Mamba model's host tier's state pool (its nodes' host states)."""
+        return self.pools.get("state_host")  # type: ignore[return-value]
 
     # Derived sets, computed once per snapshot: the oracles read each snapshot twice (as the
     # stage's "after", then as the next stage's "before") and several oracles need the same set.
@@ -558,6 +451,13 @@ def _world_state(world: Any, radix: bool, reqs: Iterable[Any] = ()) -> dict[str,
         "tree_slots": tuple(slot for entry in tree for slot in entry[2]),  # read as a set: the nodes' order
         "evictable_size": evictable,
         "protected_size": protected,
+        "pools": _pools(world, radix, reqs),
+    }
+
+
+def _pools(world: Any, radix: bool, reqs: Iterable[Any]) -> dict[str, PoolRecord]:
+    """The records of the pools ``world`` has beside its device KV (none for full attention)."""
+    found: dict[str, PoolRecord | None] = {
         "window": window_state(world.allocator, world.tree_cache, radix),
         "states": None if getattr(world, "mamba", None) is None else mamba_state(
             world.req_to_token_pool, world.tree_cache, radix, world.state_slots, world.request_rows, reqs),
@@ -567,6 +467,7 @@ def _world_state(world: Any, radix: bool, reqs: Iterable[Any] = ()) -> dict[str,
         "state_host": None if getattr(world, "state_host_pool", None) is None else host_state(
             world.state_host_pool, world.state_host_nodes(), state_in_flight(world.tree_cache)),
     }
+    return {name: record for name, record in found.items() if record is not None}
 
 
 def memory_view(status: str, row: int | None, protected_len: int, output_len: int, held: tuple[int, ...],
@@ -614,10 +515,7 @@ def snapshot_to_plain(snap: Snapshot) -> dict[str, Any]:
         "evictable_size": snap.evictable_size,
         "protected_size": snap.protected_size,
         "accounting": [list(pair) for pair in snap.accounting],
-        "window": None if snap.window is None else snap.window.to_plain(),
-        "states": None if snap.states is None else snap.states.to_plain(),
-        "host": None if snap.host is None else snap.host.to_plain(),
-        "state_host": None if snap.state_host is None else snap.state_host.to_plain(),
+        **pools_to_plain(snap.pools),
     }
 
 
@@ -647,8 +545,5 @@ def snapshot_from_plain(data: dict[str, Any]) -> Snapshot:
         evictable_size=data["evictable_size"],
         protected_size=data["protected_size"],
         accounting=tuple((str(k), v) for k, v in data["accounting"]),
-        window=None if data.get("window") is None else WindowState.from_plain(data["window"]),
-        states=None if data.get("states") is None else MambaState.from_plain(data["states"]),
-        host=None if data.get("host") is None else HostState.from_plain(data["host"]),
-        state_host=None if data.get("state_host") is None else HostState.from_plain(data["state_host"]),
+        pools=pools_from_plain(data),
     )

@@ -11,9 +11,10 @@ from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from kvparity.engine.snapshot import HostState, MambaState, Snapshot, WindowState
+from kvparity.caches import pool_problems, pools_difference
+from kvparity.engine.snapshot import Snapshot
 from kvparity.judge.compare import RENUMBERED_BETWEEN_RELEASES, compare, known_between
-from kvparity.judge.oracles import conservation, host_tier_problems, states_conserved, window_conserved
+from kvparity.judge.oracles import conservation
 from kvparity.judge.renumber import DIVERGENT, renumbering_verdict
 from kvparity.model.worlds import Geometry, WorldId
 
@@ -79,11 +80,7 @@ def iteration_problems(geometry: Geometry, after: Snapshot) -> list[MemoryProble
     found += [("slots conserved", p) for p in conservation(geometry, after)]
     found += [("rows conserved", p) for p in rows_conserved(after)]
     found += [("new slots distinct", p) for p in batch_slots_distinct(geometry, after)]
-    if after.window is not None:
-        found += [("window slots conserved", p) for p in window_conserved(after.window)]
-    if after.states is not None:
-        found += [("state slots conserved", p) for p in states_conserved(after.states)]
-    found += [("host tier", p) for p in host_tier_problems(after)]
+    found += pool_problems(after.pools, after.tree)
     return [MemoryProblem(record.step, oracle, message) for oracle, message in found]
 
 
@@ -103,79 +100,10 @@ class MemoryDifference:
         return f"iteration {self.iteration}: memory differs: {self.what}: {self.detail}"
 
 
-def _pool_difference(pool: str, a: WindowState | MambaState | HostState | None,
-                     b: WindowState | MambaState | HostState | None,
-                     sizes: tuple[str, ...] = ("available_size", "evictable_size", "protected_size")) -> tuple[str, str] | None:
-    """A second pool present in one run only, or its ``sizes`` apart."""
-    if a is None or b is None:
-        return None if a is b else (f"{pool} pool", f"{'none' if b is None else 'one'} against the reference's "
-                                                   f"{'none' if a is None else 'one'}")
-    for attr in sizes:
-        if getattr(a, attr) != getattr(b, attr):
-            return f"{pool} {attr}", f"{getattr(b, attr)} != {getattr(a, attr)}"
-    return None
-
-
-def window_difference(ref: Snapshot, got: Snapshot, exact: bool) -> tuple[str, str] | None:
-    """The first way two runs' window pools differ after an iteration: their sizes and how many
-    full slots hold a window slot (numbers no renumbering changes), and, ``exact`` (the same
-    release), which ones and what is free."""
-    a, b = ref.window, got.window
-    sizes = _pool_difference("window", a, b)
-    if sizes is not None or a is None or b is None:
-        return sizes
-    if len(a.mapped) != len(b.mapped):
-        return "window slots held", f"{len(b.mapped)} full slots hold one, against the reference's {len(a.mapped)}"
-    if exact and a.mapped != b.mapped:
-        return "window mapping", f"{list(b.mapped)[:8]} != {list(a.mapped)[:8]}"
-    if exact and sorted(a.free) != sorted(b.free):
-        return "window free pages", f"{sorted(b.free)[:8]} != {sorted(a.free)[:8]}"
-    return None
-
-
-def states_difference(ref: Snapshot, got: Snapshot, exact: bool) -> tuple[str, str] | None:
-    """The first way two runs' state pools differ after an iteration: their sizes and how many slots
-    rows and the tree hold (numbers no renumbering changes), and, ``exact`` (the same release),
-    which ones and what is free."""
-    a, b = ref.states, got.states
-    sizes = _pool_difference("state", a, b)
-    if sizes is not None or a is None or b is None:
-        return sizes
-    if (len(a.rows), len(a.tree)) != (len(b.rows), len(b.tree)):
-        return "state slots held", (f"{len(b.rows)} rows and the tree's {len(b.tree)}, against the reference's "
-                                    f"{len(a.rows)} and {len(a.tree)}")
-    if exact and (a.rows, a.tree, sorted(a.free)) != (b.rows, b.tree, sorted(b.free)):
-        return "state slots", f"rows {list(b.rows)[:6]}, tree {list(b.tree)[:6]} != {list(a.rows)[:6]}, {list(a.tree)[:6]}"
-    return None
-
-
-def host_difference(ref: Snapshot, got: Snapshot, exact: bool) -> tuple[str, str] | None:
-    """The first way two runs' host tiers differ after an iteration (the KV's, then a Mamba
-    model's states'): present in one only, the free host slots, the paths the host keeps and which
-    the device evicted (no renumbering changes these), and, ``exact`` (the same release), which
-    host slots back what."""
-    return (_host_pool_difference("host", ref.host, got.host, exact)
-            or _host_pool_difference("state host", ref.state_host, got.state_host, exact))
-
-
-def _host_pool_difference(name: str, a: HostState | None, b: HostState | None,
-                          exact: bool) -> tuple[str, str] | None:
-    sizes = _pool_difference(name, a, b, sizes=("available_size",))
-    if sizes is not None or a is None or b is None:
-        return sizes
-    shape_a = [(n.extra_key, n.path, len(n.host), n.device is None) for n in a.nodes]
-    shape_b = [(n.extra_key, n.path, len(n.host), n.device is None) for n in b.nodes]
-    if shape_a != shape_b:
-        return f"{name} nodes", (f"{len(shape_b)} nodes, {b.host_only_tokens} tokens on the host alone, against the "
-                              f"reference's {len(shape_a)} and {a.host_only_tokens}")
-    if exact and (a.nodes, sorted(a.free)) != (b.nodes, sorted(b.free)):
-        return f"{name} slots", "the same nodes back other host slots"
-    return None
-
-
 def hybrid_difference(ref: Snapshot, got: Snapshot, exact: bool) -> tuple[str, str] | None:
-    """A hybrid model's second pool, compared: a window pool or a state pool; and a host tier."""
-    return window_difference(ref, got, exact) or states_difference(ref, got, exact) or host_difference(ref, got, exact)
+    """The pools a cache kind adds beside the device's KV, compared pool by pool as registered
+    (``kvparity.caches.pool``): a window pool, a state pool, a host tier's."""
+    return pools_difference(ref.pools, got.pools, exact)
 
 
 def first_memory_difference(ref_id: WorldId, ref: Sequence[Snapshot], world: WorldId, got: Sequence[Snapshot],

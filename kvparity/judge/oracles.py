@@ -11,7 +11,8 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from kvparity.engine.snapshot import HostState, MambaState, Snapshot, WindowState
+from kvparity.caches import pool_problems
+from kvparity.engine.snapshot import Snapshot
 from kvparity.model.poison import POISON
 from kvparity.model.records import LogprobAdmission
 from kvparity.model.scenario import Scenario
@@ -66,115 +67,10 @@ def check_stage(scenario: Scenario, before: Snapshot, after: Snapshot) -> list[s
 
 
 def hybrid_pools_conserved(after: Snapshot) -> list[str]:
-    """A hybrid model's second pool (none for full attention): the window's or the states'."""
-    found = [] if after.window is None else [f"window slots conserved: {p}" for p in window_conserved(after.window)]
-    found += [] if after.states is None else [f"state slots conserved: {p}" for p in states_conserved(after.states)]
-    return found + [f"host tier: {p}" for p in host_tier_problems(after)]
-
-
-def host_tier_problems(after: Snapshot) -> list[str]:
-    """A host tier's pool and nodes (none without one): ``host_slots_conserved``, ``host_nodes_consistent``;
-    a Mamba model's state host pool conserved too (a node's one host state is no per-token copy)."""
-    if after.host is None:
-        return []
-    states = [] if after.state_host is None else [f"states: {p}" for p in host_slots_conserved(after.state_host)]
-    return host_slots_conserved(after.host) + host_nodes_consistent(after.host, after.tree) + states
-
-
-def host_slots_conserved(host: HostState) -> list[str]:
-    """Every host slot is exactly one of free, backing one node (a backup in flight already backs
-    its node) or held by a fetch from storage, none a transfer lists is free, and nothing else is
-    handed out."""
-    backing = Counter(s for node in host.nodes for s in node.host)
-    places = Counter(host.free) + backing + Counter(host.in_flight)
-    problems = []
-    twice = sorted(s for s, n in places.items() if n > 1)
-    if twice:
-        problems.append(f"host slots in two places at once (free, backing a node, fetched from storage): {twice[:6]}")
-    stray = sorted(s for s in places if not 0 <= s < host.slots)
-    if stray:
-        problems.append(f"host slots that are no slots of the pool: {stray[:6]}")
-    lost = sorted(set(range(host.slots)) - set(places))
-    if lost:
-        problems.append(f"host slots neither free, nor backing a node, nor fetched from storage (leaked): {lost[:6]}")
-    listed = sorted(set(host.free) & ({s for n in host.nodes if n.writing or n.loading for s in n.host}
-                                      | set(host.in_flight)))
-    if listed:
-        problems.append(f"host slots freed while a transfer lists them: {listed[:6]}")
-    if host.available_size != len(host.free):
-        problems.append(f"host available_size {host.available_size} is not the {len(host.free)} free slots")
-    return problems
-
-
-def host_nodes_consistent(host: HostState, tree: tuple) -> list[str]:
-    """A node's device and host states agree: a node on both holds as many slots on each, a node
-    being loaded back has its device slots, and no device KV hangs below a node the device evicted
-    (eviction demotes leaves first) in the same extra key's tree."""
-    problems = []
-    for n in host.nodes:
-        if n.device is not None and len(n.device) != len(n.host):
-            problems.append(f"node {_short(n.path)}: {len(n.device)} device slots but {len(n.host)} host slots")
-        if n.loading and n.device is None:
-            problems.append(f"node {_short(n.path)}: a load-back lists it, but it has no device slots")
-        if n.loading and not n.host:
-            problems.append(f"node {_short(n.path)}: a load-back lists it, but its host KV was freed")
-    evicted = [(n.extra_key, n.path) for n in host.nodes if n.device is None]
-    below = [e[1] for e in tree
-             if any(e[0] == key and len(e[1]) > len(p) and e[1][: len(p)] == p for key, p in evicted)]
-    if below:
-        problems.append(f"device KV below a node the device evicted: {_short(below[0])}")
-    return problems
-
-
-def _short(path: tuple[int, ...]) -> str:
-    return f"[{len(path)} tokens ending {list(path[-3:])}]"
-
-
-def window_conserved(window: WindowState) -> list[str]:
-    """A sliding-window model's window pool: every window slot is mapped from at most one full
-    slot, no mapped slot lies on a free page, no page is free twice, the padding page 0 is never
-    free, and every other page is free or holds a mapped slot (SGLang frees a window page when the
-    last full slot mapping into it lets go)."""
-    problems = []
-    page = window.page_size
-    owners = Counter(w for _, w in window.mapped)
-    twice = sorted(w for w, n in owners.items() if n > 1)
-    if twice:
-        problems.append(f"window slots mapped from two full slots: {twice[:6]}")
-    free = Counter(window.free)
-    if [p for p, n in free.items() if n > 1]:
-        problems.append(f"window pages free twice: {sorted(p for p, n in free.items() if n > 1)[:6]}")
-    if 0 in free:
-        problems.append("the window's padding page 0 is on its free list")
-    on_free = sorted(w for w in owners if w // page in free)
-    if on_free:
-        problems.append(f"mapped window slots on a free page: {on_free[:6]}")
-    held = {w // page for w in owners}
-    lost = sorted(set(range(1, window.slots // page + 1)) - held - set(free))
-    if lost:
-        problems.append(f"window pages neither free nor mapped (leaked): {lost[:6]}")
-    return problems
-
-
-def states_conserved(states: MambaState) -> list[str]:
-    """A Mamba model's state pool: every slot is exactly one of free, kept by the tree, named by a
-    request row in use (a request restoring a state from the tree gets a copy in a slot of its own)
-    or held by a waiting request (before 0.5.10, one its match took), and nothing else is handed out."""
-    places = (Counter(states.free) + Counter(states.tree) + Counter(slot for _, slot in states.rows)
-              + Counter(states.waiting))
-    problems = []
-    twice = sorted(s for s, n in places.items() if n > 1)
-    if twice:
-        problems.append(f"state slots in two places at once (free, the tree, a row, a waiting request): {twice[:6]}")
-    stray = sorted(set(places) - set(states.slots))
-    if stray:
-        problems.append(f"state slots that are no slots of the pool: {stray[:6]}")
-    lost = sorted(set(states.slots) - set(places))
-    if lost:
-        problems.append(f"state slots neither free, nor kept by the tree, nor a request's (leaked): {lost[:6]}")
-    if states.available_size != len(states.free):
-        problems.append(f"state available_size {states.available_size} is not the {len(states.free)} free slots")
-    return problems
+    """The pools a cache kind adds beside the device's KV (none for full attention), each judged
+    by its own oracle as registered (``kvparity.caches.pool``): a window's, a state pool's, a host
+    tier's."""
+    return [f"{oracle}: {problem}" for oracle, problem in pool_problems(after.pools, after.tree)]
 
 
 def kv_canary(after: Snapshot) -> list[str]:

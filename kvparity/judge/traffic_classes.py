@@ -4,7 +4,7 @@ what the scheduler decided, not what the scenario meant it to."""
 
 from __future__ import annotations
 
-from kvparity.engine.snapshot import HostState
+from kvparity.caches.host_pool import HostState
 from kvparity.engine.traffic_run import TrafficRun
 from kvparity.model.classes import (
     TRAFFIC_ABORTS,

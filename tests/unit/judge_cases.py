@@ -14,6 +14,7 @@ from typing import Any
 
 import torch
 
+from kvparity.caches import POOLS
 from kvparity.engine.snapshot import RequestView, Snapshot
 from kvparity.mem_cache.errors import Exhausted
 from kvparity.model.poison import POISON as POISON  # re-exported: tests write expected cells with it
@@ -52,19 +53,29 @@ def snap(record: StageRecord, rows: dict[int, list[int]] | None = None, free: tu
          release: tuple[int, ...] | list[int] = (), requests: dict[str, RequestView] | None = None,
          tree_slots: tuple[int, ...] = (), shape: tuple[int, int] = (2, 6), **fields: Any) -> Snapshot:
     """A snapshot after ``record``: table cells by row (the rest POISON), free pages, requests;
-    any other field (``free_rows``, ``tree``, ``available_size``, ...) by name."""
+    any other field (``free_rows``, ``tree``, ``available_size``, ...) or pool (``window``, ...) by name."""
     table = torch.full(shape, POISON, dtype=torch.int32)
     for row, cells in (rows or {}).items():
         table[row, : len(cells)] = torch.tensor(cells, dtype=torch.int32)
     base: dict[str, Any] = dict(record=record, req_to_token=table, free_pages=torch.tensor(list(free), dtype=torch.int64),
                 release_pages=torch.tensor(list(release), dtype=torch.int64), available_size=len(free),
                 free_rows=(), tree=(), tree_slots=tuple(tree_slots), requests=requests or {})
-    return Snapshot(**(base | fields))
+    return Snapshot(**_pooled(base | fields, {}))
 
 
 def changed(snapshot: Snapshot, **fields: Any) -> Snapshot:
-    """``snapshot`` with ``fields`` replaced (a fresh snapshot: derived sets are not carried)."""
-    return dataclasses.replace(snapshot, **fields)
+    """``snapshot`` with ``fields`` or pools (``window=None``: none) replaced (a fresh snapshot:
+    derived sets are not carried)."""
+    return dataclasses.replace(snapshot, **_pooled(fields, snapshot.pools))
+
+
+def _pooled(fields: dict[str, Any], pools: dict[str, Any]) -> dict[str, Any]:
+    """``fields`` with those naming a registered pool (``kvparity.caches.POOLS``) moved into ``pools``."""
+    named = {name: fields.pop(name) for name in list(fields) if name in POOLS}
+    if not named:
+        return fields
+    merged = {name: record for name, record in (pools | named).items() if record is not None}
+    return fields | {"pools": merged}
 
 
 def with_cells(snapshot: Snapshot, cells: dict[tuple[int, int], int]) -> Snapshot:

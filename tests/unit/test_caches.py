@@ -7,6 +7,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 
 from kvparity import caches
+from kvparity.caches.state_pool import MambaState
+from kvparity.caches.window_pool import WindowState
 from kvparity.engine.real.versions import entry
 from kvparity.model.traffic import ServerConfig
 from kvparity.model.traffic_strategies import ServeOptions, traffic_scenarios
@@ -66,3 +68,21 @@ def test_a_report_counts_each_kinds_shapes_once_in_the_registrys_order():
     from kvparity.model.classes import TRAFFIC_HOST, TRAFFIC_STATE, TRAFFIC_WINDOW
 
     assert caches.classes() == TRAFFIC_WINDOW + TRAFFIC_STATE + TRAFFIC_HOST  # a Mamba host tier's: no new ones
+
+
+def test_the_pools_a_kind_adds_are_judged_in_the_registrys_order_each_by_its_own_oracle():
+    # Window slot 4 (page 2) mapped from two full slots, and page 2 free besides.
+    window = WindowState(slots=8, page_size=2, mapped=((5, 4), (6, 4)), free=(1, 2, 3, 4), available_size=4)
+    states = MambaState(slots=(1, 2), rows=(), tree=(), free=(1,), available_size=1)
+    # Listed states first: the registry, not the snapshot, decides the order.
+    assert caches.pool_problems({"states": states, "window": window}, tree=()) == [
+        ("window slots conserved", "window slots mapped from two full slots: [4]"),
+        ("window slots conserved", "mapped window slots on a free page: [4]"),
+        ("state slots conserved", "state slots neither free, nor kept by the tree, nor a request's (leaked): [2]"),
+    ]
+    assert caches.pools_difference({"states": states}, {}, exact=True) == ("state pool", "none against the reference's one")
+
+
+def test_a_pool_no_kind_registers_is_refused_naming_it():
+    with pytest.raises(ValueError, match=r"pools no cache kind registers: \['draft'\]"):
+        caches.pool_problems({"draft": object()}, tree=())

@@ -48,7 +48,7 @@ def test_the_model_reports_pr_11200s_admission_change_per_policy(tmp_path, capsy
     (["--sglang", "0.5.22", "--against", "0.5.21", "--drive", "scheduler", "--undo-changes"],
      "kvparity names no change of 0.5.22 after 0.5.21 that it can undo"),
     (["--sglang", "0.5.3.post1", "--against", "0.5.3", "--drive", "scheduler", "--caches", "mamba"],
-     "SGLang 0.5.3 and 0.5.3.post1 do not both serve any of them (Mamba from 0.5.3.post2)"),
+     "SGLang 0.5.3 and 0.5.3.post1 do not both serve any of them (they serve 0.5.3: full, swa, hicache; 0.5.3.post1: full, swa, hicache)"),
     (["--caches", "hicache"], "--caches hicache: the harness drive plays a hybrid model real release against real"),
     (["--sglang", "0.5.3.post1", "--against", "0.5.3", "--caches", "mamba"],
      "SGLang 0.5.3 and 0.5.3.post1 do not both serve any of them"),

@@ -9,11 +9,10 @@ import dataclasses
 import numpy as np
 import pytest
 
+from kvparity.caches.host_pool import HostNode, HostState, host_nodes_consistent, host_slots_conserved
 from kvparity.engine.canary import KVCanary, LaneStore, SlotStore
 from kvparity.engine.real.defects import RAISED, known_defect
-from kvparity.engine.snapshot import HostNode, HostState
 from kvparity.judge.memory import run_problems
-from kvparity.judge.oracles import host_nodes_consistent, host_slots_conserved
 from kvparity.judge.traffic_classes import abort_classes, host_classes
 from kvparity.model.canary import UNSTAMPED
 from kvparity.model.classes import (

@@ -9,10 +9,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from kvparity.caches.state_pool import MambaState, states_conserved
 from kvparity.engine.canary import EMPTY_STATE, ForwardRequest, KVCanary, StateView
-from kvparity.engine.snapshot import MambaState
 from kvparity.judge.memory import run_problems
-from kvparity.judge.oracles import states_conserved
 from kvparity.judge.traffic_classes import traffic_classes
 from kvparity.model.classes import TRAFFIC_STATE_RESTORED
 from kvparity.model.traffic import Arrival, ServerConfig, TrafficScenario, traffic_geometry

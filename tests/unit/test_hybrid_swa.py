@@ -9,10 +9,9 @@ import dataclasses
 
 import pytest
 
-from kvparity.engine.snapshot import WindowState
+from kvparity.caches.window_pool import WindowState, window_conserved
 from kvparity.engine.traffic_run import TrafficRun
 from kvparity.judge.memory import run_problems
-from kvparity.judge.oracles import window_conserved
 from kvparity.judge.traffic_classes import traffic_classes
 from kvparity.model.classes import (
     TRAFFIC_TOMBSTONE,

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from kvparity.engine.snapshot import WindowState
+from kvparity.caches.window_pool import WindowState
 from kvparity.judge.oracles import (
     cached_row_names_prefix,
     check_stage,

@@ -24,6 +24,7 @@ from typing import Any
 
 import torch
 
+from kvparity.caches.host_pool import HostNode, in_tree_order
 from kvparity.engine.canary import LaneStore, StateView
 from kvparity.engine.real import RealSGLangError
 from kvparity.engine.real.host_tier import KV_LANES, HostTier, hiradix_cache, host_pool, state_host_pool
@@ -44,11 +45,9 @@ from kvparity.engine.real.names import optional as _optional
 from kvparity.engine.real.unified_tree import host_nodes, state_host_nodes, unified_tree_nodes
 from kvparity.engine.real.versions import UNIFIED_RADIX_CACHE, VersionEntry
 from kvparity.engine.snapshot import (
-    HostNode,
     _alias_row,  # one rule for which row a view prefix points into
     full_allocator,
     full_sizes,
-    in_tree_order,
     released_pages,
     state_allocator,
 )

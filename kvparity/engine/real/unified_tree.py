@@ -34,8 +34,8 @@ import tempfile
 from collections.abc import Callable, Iterator
 from typing import Any
 
+from kvparity.caches.host_pool import HostNode, in_tree_order
 from kvparity.engine.real import RealSGLangError
-from kvparity.engine.snapshot import HostNode, in_tree_order
 
 NodeEntry = tuple[str | None, tuple[int, ...], tuple[int, ...], int]
 
