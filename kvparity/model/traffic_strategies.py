@@ -112,6 +112,36 @@ def _fetching_fillers(draw: Any, config: ServerConfig) -> list[tuple[Arrival, ..
     return _filler_arrivals(lengths) + [()] * (passes - len(lengths) + FILLERS_DRAINED)
 
 
+def _last_filler_holding(arrivals: list[tuple[Arrival, ...]], config: ServerConfig) -> list[tuple[Arrival, ...]]:
+    """The nemesis's host tier, half the time: the last filler decodes for half a device pool, so
+    that it holds the device while the burst's hits wait on the host, whatever the policy ranks
+    first (``_host_hits``)."""
+    last = max(i for i, group in enumerate(arrivals) if group)
+    (filler,) = arrivals[last]
+    holding = dataclasses.replace(filler, max_new_tokens=config.kv_slots // 2)
+    return [*arrivals[:last], (holding,), *arrivals[last + 1:]]
+
+
+# Tokens of its own past a warm-up prompt, for a host hit of the burst's (``_host_hits``).
+HIT_OWN = 4
+
+
+def _host_hits(draw: Any, cached: list[tuple[int, ...]], stems: list[tuple[int, ...]]) -> list[Arrival]:
+    """The nemesis's host tier: the burst opens with a hit on each stem's longest warm-up prompt
+    and tokens of its own (where a Mamba model's tree keeps a state: a hit on the prompt alone
+    ends a token short, on no state). The two share nothing, so that under lpm, which admits the
+    longer hit first, the other finds the device taken by it (or by the holding filler): its
+    load-back refused. Traced on 0.5.23, a Mamba model's host tier under lpm: no refused load-back
+    in 40 scenarios without these three, 10 with them; the hits, loads and refusals of the
+    other host-tier tasks stay within their earlier range."""
+    hits = []
+    for k, stem in enumerate(stems):
+        longest = max((p for p in cached if p[0] == stem[0]), key=len)
+        own = tuple(range(60_000 + 100 * k, 60_000 + 100 * k + HIT_OWN))
+        hits.append(Arrival(f"w{k}", longest + own, draw(_OUTPUTS_DECODING_FIRST)))
+    return hits
+
+
 # The nemesis's fetching request (``traffic_scenarios``), the pass after the burst: it fetches the
 # first warm-up prompt from storage, and its load-back may then find the device taken by the burst
 # (refused load-backs in a host tier's tasks: 5 to 9 of 40 with it first in the burst, 9 to 18
@@ -147,11 +177,16 @@ def traffic_scenarios(draw: Any, policies: tuple[str, ...] = POLICIES, kind: Ser
     fetching = nemesis and config.hicache_storage
     length = st.integers(4, _STEM).map(lambda n: _STEM + 4 - n) if fetching else st.integers(4, _STEM)
     cached = [draw(st.sampled_from(stems))[: draw(length)] for _ in range(draw(st.integers(1, 3)))]
+    host_nemesis = nemesis and config.hicache_ratio is not None
+    if host_nemesis:  # a prompt of each stem: two host hits that share nothing (``_host_hits``)
+        cached += [stem[: draw(length)] for stem in stems if all(p[0] != stem[0] for p in cached)]
     arrivals: list[tuple[Arrival, ...]] = [(Arrival(f"c{i}", p, 1),) for i, p in enumerate(cached)]
     arrivals.append(())  # an idle iteration: the warm-up has finished
     if config.hicache_ratio is not None:
         arrivals += _fillers(draw, config, fetching)
-    burst = []
+    if host_nemesis and draw(st.booleans()):
+        arrivals = _last_filler_holding(arrivals, config)
+    burst = _host_hits(draw, cached, stems) if host_nemesis else []
     if not pressure and draw(st.booleans()):
         # The shape pull request #11200's ranking key tells apart: a cached prompt cut one short with
         # tokens of its own, then the cached prompt itself (the old key caps both matches at len-1).
