@@ -22,8 +22,10 @@ from kvparity.caches.window_pool import POOL as WINDOW_POOL
 
 for _kind in (FULL, SLIDING_WINDOW, MAMBA, HOST_TIER, MAMBA_HOST_TIER):
     register(_kind)
-for _pool in (WINDOW_POOL, STATE_POOL, HOST_POOL, STATE_HOST_POOL):
-    register_pool(_pool)
+register_pool(WINDOW_POOL)
+register_pool(STATE_POOL)
+register_pool(HOST_POOL)
+register_pool(STATE_HOST_POOL)
 
 __all__ = ["KINDS", "POOLS", "CacheKind", "Pool", "ReleaseFacts", "classes", "default_names", "get", "kind_of", "names",
            "pool_problems", "pools_difference", "register", "register_pool"]

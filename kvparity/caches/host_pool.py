@@ -160,8 +160,8 @@ def _host_problems(host: HostState, tree: tuple) -> list[str]:
     return host_slots_conserved(host) + host_nodes_consistent(host, tree)
 
 
-POOL = Pool(name="host", oracle="host tier", from_plain=HostState.from_plain, problems=_host_problems,
+POOL: Pool[HostState] = Pool(name="host", oracle="host tier", from_plain=HostState.from_plain, problems=_host_problems,
             difference=lambda a, b, exact: host_pool_difference("host", a, b, exact))
-STATE_POOL = Pool(name="state_host", oracle="host tier", from_plain=HostState.from_plain,
+STATE_POOL: Pool[HostState] = Pool(name="state_host", oracle="host tier", from_plain=HostState.from_plain,
                   problems=lambda states, tree: [f"states: {p}" for p in host_slots_conserved(states)],
                   difference=lambda a, b, exact: host_pool_difference("state host", a, b, exact))

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, Generic, Protocol, TypeVar
 
 
 class PoolRecord(Protocol):
@@ -20,31 +20,31 @@ class PoolRecord(Protocol):
     def to_plain(self) -> Any: ...
 
 
-# How two runs' records of one pool differ after an iteration: (reference's, other's, exact) ->
-# (what, detail), or None. Either record may be missing: present in one run only is a difference.
-Difference = Callable[[Any, Any, bool], "tuple[str, str] | None"]
+R = TypeVar("R", bound=PoolRecord)
 
 
 @dataclass(frozen=True)
-class Pool:
+class Pool(Generic[R]):
     name: str  # its key in a snapshot and the JSON
     oracle: str  # the oracle its problems are reported under
-    from_plain: Callable[[Any], PoolRecord]
-    problems: Callable[[Any, tuple], list[str]]  # (its record, the device tree's contents) -> what is wrong
-    difference: Difference
+    from_plain: Callable[[Any], R]  # its record from ``to_plain``'s data
+    problems: Callable[[R, tuple], list[str]]  # (its record, the device tree's contents) -> what is wrong
+    # How two runs' records differ after an iteration: (reference's, other's, exact) -> (what,
+    # detail), or None. Either may be missing: present in one run only is a difference.
+    difference: Callable[[R | None, R | None, bool], tuple[str, str] | None]
 
 
-POOLS: dict[str, Pool] = {}  # by name, in registration order: the order problems and differences are reported in
+POOLS: dict[str, Pool[Any]] = {}  # by name, in registration order: the order problems and differences are reported in
 
 
-def register_pool(pool: Pool) -> Pool:
+def register_pool(pool: Pool[R]) -> Pool[R]:
     if pool.name in POOLS:
         raise ValueError(f"pool {pool.name!r} is registered twice")
     POOLS[pool.name] = pool
     return pool
 
 
-def _registered(pools: Mapping[str, PoolRecord]) -> list[tuple[Pool, PoolRecord]]:
+def _registered(pools: Mapping[str, PoolRecord]) -> list[tuple[Pool[Any], PoolRecord]]:
     unknown = sorted(set(pools) - set(POOLS))
     if unknown:
         raise ValueError(f"a snapshot holds pools no cache kind registers: {unknown}; expected some of {list(POOLS)}")

@@ -77,5 +77,5 @@ def states_difference(a: MambaState | None, b: MambaState | None, exact: bool) -
     return None
 
 
-POOL = Pool(name="states", oracle="state slots conserved", from_plain=MambaState.from_plain,
+POOL: Pool[MambaState] = Pool(name="states", oracle="state slots conserved", from_plain=MambaState.from_plain,
             problems=lambda states, tree: states_conserved(states), difference=states_difference)

@@ -76,5 +76,5 @@ def window_difference(a: WindowState | None, b: WindowState | None, exact: bool)
     return None
 
 
-POOL = Pool(name="window", oracle="window slots conserved", from_plain=WindowState.from_plain,
+POOL: Pool[WindowState] = Pool(name="window", oracle="window slots conserved", from_plain=WindowState.from_plain,
             problems=lambda window, tree: window_conserved(window), difference=window_difference)
