@@ -9,10 +9,12 @@ every world passed to ``Scheduler`` against it.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any, Protocol
 
 import torch
 
+from kvparity.caches.pool import PoolRecord
 from kvparity.mem_cache.errors import Exhausted
 
 
@@ -94,4 +96,10 @@ class SchedulerWorld(Protocol):
 
     def all_tree_slots(self) -> list[int]:
         """Every slot the tree holds."""
+        ...
+
+    def pool_records(self, radix: bool, reqs: Iterable[Any]) -> dict[str, PoolRecord]:
+        """The records of the pools beside the device's KV, by the names ``kvparity.caches``
+        registers (a window's, a state pool's, a host tier's; none for full attention), ``reqs``:
+        the player's waiting requests."""
         ...

@@ -5,7 +5,8 @@ and (scheduler-driven) the scheduler's accounting. Whoever plays takes it throug
 ``SnapshotSource``: kvparity's scheduler loop (``kvparity.engine.scheduler.Scheduler``), kvparity's
 model of SGLang's event loop (``kvparity.engine.traffic_loop``) and the scheduler shell around a
 release's own loop (``kvparity.engine.real.scheduler_shell``). The world's part is read alike for
-both (``_world_state``); the requests' views differ: a stage's are complete (SPEC 7), an iteration's
+both (``_world_state``; the pools beside the device's KV as the world reads them, its
+``pool_records``); the requests' views differ: a stage's are complete (SPEC 7), an iteration's
 hold what memory is made of (``memory_view``: status, row, protected length, outputs, what it holds)."""
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from typing import Any
 
 import torch
 
-from kvparity.caches.host_pool import HostNode, HostState
+from kvparity.caches.host_pool import HostState
 from kvparity.caches.pool import PoolRecord, pools_from_plain, pools_to_plain
 from kvparity.caches.state_pool import MambaState
 from kvparity.caches.window_pool import WindowState
@@ -259,174 +260,6 @@ def released_pages(allocator: Any) -> torch.Tensor:
     return allocator.release_pages
 
 
-def window_state(allocator: Any, tree: Any, radix: bool) -> WindowState | None:
-    """The window pool of a sliding-window model's allocator (None for any other allocator)."""
-    window = getattr(allocator, "swa_attn_allocator", None)
-    if window is None or window is getattr(allocator, "full_attn_allocator", None):  # an all-window pool
-        return None
-    mapping = _host_copy(allocator.full_to_swa_index_mapping[:-1])  # the last entry is a -1 sentinel
-    full = torch.nonzero(mapping > 0).flatten()
-    free = torch.cat([_host_copy(window.free_pages), _host_copy(released_pages(window))])
-    return WindowState(
-        slots=int(window.size), page_size=int(getattr(window, "page_size", 1)),
-        mapped=tuple(zip(full.tolist(), mapping[full].tolist())), free=tuple(free.tolist()),
-        available_size=int(window.available_size()),
-        evictable_size=int(tree.swa_evictable_size()) if radix else 0,
-        protected_size=int(tree.swa_protected_size()) if radix else 0)
-
-
-# The name of a Mamba model's state pool among a host pool group's (SGLang's PoolName.MAMBA, a str enum).
-STATE_POOL = "mamba"
-# The tokens a cache controller's page transfers brought from storage, counted where kvparity runs
-# its transfer thread's loop (``host_tier``), kept on the controller under this name.
-FETCHED_TOKENS = "kvparity_fetched_tokens"
-# The storage calls SGLang's failure injector failed, by name (the nemesis's storage faults), listed
-# where kvparity seeds the injector (``host_tier``), kept on the controller under this name.
-STORAGE_FAULTS = "kvparity_storage_faults"
-# The prefetches from storage the release's own policy ended before every page came, counted where
-# kvparity runs the storage tier (``host_tier``), kept on the controller under this name.
-PREFETCHES_CUT = "kvparity_prefetches_cut"
-# The controller's backups (device to host) and load-backs (host to device) that found no room and
-# returned None, counted where kvparity builds the tier (``host_tier``), kept on the controller.
-BACKUPS_REFUSED = "kvparity_backups_refused"
-LOADS_REFUSED = "kvparity_loads_refused"
-
-
-def controller_counts(controller: Any) -> dict[str, Any]:
-    """What kvparity counted on a host tier's cache controller (``HostState``'s fields of the same names)."""
-    return {"fetched": int(getattr(controller, FETCHED_TOKENS, 0)),
-            "storage_faults": tuple(getattr(controller, STORAGE_FAULTS, ())),
-            "prefetches_cut": int(getattr(controller, PREFETCHES_CUT, 0)),
-            "backups_refused": int(getattr(controller, BACKUPS_REFUSED, 0)),
-            "loads_refused": int(getattr(controller, LOADS_REFUSED, 0))}
-
-
-def host_state(host_pool: Any, nodes: list[HostNode], in_flight: set[int], **counts: Any) -> HostState:
-    """A host tier's pool (the KV's, or a Mamba model's states'): its free slots (the free list and,
-    from 0.5.20, the freed chunks not yet merged back into it), the tree's nodes holding host
-    values (``HostNode``s), the slots fetches from storage hold; ``counts``: what kvparity counted on
-    its controller (``controller_counts``: the tokens fetched so far, ...)."""
-    released = [_host_copy(t) for t in getattr(host_pool, "release_slots", ()) if t is not None]
-    free = torch.cat([_host_copy(host_pool.free_slots), *released]) if released else _host_copy(host_pool.free_slots)
-    return HostState(slots=int(host_pool.size), free=tuple(int(s) for s in free.tolist()),
-                     nodes=tuple(nodes), available_size=int(host_pool.available_size()),
-                     in_flight=tuple(sorted(in_flight)), **counts)
-
-
-def kv_in_flight(tree: Any) -> set[int]:
-    """The host KV slots fetches from storage hold: each fetch's, and the pages one's transfer
-    gives back, not yet released."""
-    fetching = {int(s) for entry in getattr(tree, "ongoing_prefetch", {}).values() for s in _fetch_holds(entry)}
-    return fetching | _releasing(getattr(tree.cache_controller, "host_mem_release_queue", None)) | \
-        _ended_early(tree.cache_controller)
-
-
-def _ended_early(controller: Any) -> set[int]:
-    """The host slots past what it fetched that a fetch its policy ended early still holds: given
-    back when its last acknowledgement (``completed_req``) is read, a pass later (UnifiedRadixCache's
-    tier, 0.5.19 on; 0.5.23 only where the operation's ``ack_releases_incomplete_host_indices`` says)."""
-    return {int(s) for op in _ended_early_operations(controller) if op.host_indices is not None
-            for s in _host_copy(op.host_indices[op.completed_tokens:]).tolist()}
-
-
-def _ended_early_operations(controller: Any) -> list[Any]:
-    """The fetches whose last acknowledgement (``completed_req``) waits to be read, each to give back
-    what it holds past what came: its KV slots' tail and, its extra pools' transfers not done, those."""
-    acks = [ack for name in ("prefetch_sync_queue", "ack_prefetch_queue")
-            for ack in list(getattr(getattr(controller, name, None), "queue", ()))]
-    return [ack.operation for ack in acks if getattr(ack, "completed_req", False)
-            and getattr(ack.operation, "ack_releases_incomplete_host_indices", True)]
-
-
-def state_in_flight(tree: Any) -> set[int]:
-    """The host state slots fetches from storage hold: a fetch's transfers of the Mamba pool, and
-    the slots one gives back, queued for release (the controller's queue of that pool)."""
-    fetching = {int(s) for entry in tree.ongoing_prefetch.values() for transfers in entry.comp_xfers.values()
-                for transfer in transfers if transfer.name == STATE_POOL and transfer.host_indices is not None
-                for s in _host_copy(transfer.host_indices).tolist()}
-    queues = getattr(tree.cache_controller, "extra_host_mem_release_queues", {})
-    ended = {int(s) for op in _ended_early_operations(tree.cache_controller)
-             if not getattr(op, "pool_transfers_done", False) for transfer in (getattr(op, "pool_transfers", None) or ())
-             if transfer.name == STATE_POOL and transfer.host_indices is not None
-             for s in _host_copy(transfer.host_indices).tolist()}
-    return fetching | _releasing(queues.get(STATE_POOL)) | ended
-
-
-def _releasing(queue: Any) -> set[int]:
-    """The host slots a controller's release queue holds, not yet freed (None: no queue)."""
-    pages = list(queue.queue) if queue is not None else []
-    return {int(s) for page in pages if page is not None for s in _host_copy(page).tolist()}
-
-
-def _fetch_holds(entry: Any) -> list[int]:
-    """The host slots a fetch the tree still lists holds: all it was given, but once its transfer
-    ended (a read that failed, or its policy: the operation is terminated) what came alone. The
-    rest is given back by its IO thread at once (``prefetch_io_aux_func``: HiRadixCache, and
-    UnifiedRadixCache to 0.5.18, while the tree lists the fetch until the scheduler next checks
-    it), or held until its last acknowledgement is read (``_ended_early``, UnifiedRadixCache 0.5.19
-    on), or waits in the release queue (``_releasing``)."""
-    slots, operation = _fetch_of(entry)
-    if slots is None:
-        return []
-    return _host_copy(slots[:operation.completed_tokens] if operation.is_terminated() else slots).tolist()
-
-
-def _fetch_of(entry: Any) -> tuple[Any, Any]:
-    """A fetch's host slots and transfer: UnifiedRadixCache's entry names both (``_OngoingPrefetch``);
-    HiRadixCache's plain tuple ends with the transfer, whose slots are those the storage hit kept."""
-    if hasattr(entry, "operation"):
-        return entry.host_indices, entry.operation
-    return entry[-1].host_indices, entry[-1]
-
-
-def state_allocator(req_to_token_pool: Any) -> Any:
-    """Who hands out a Mamba model's state slots: the pool's ``mamba_allocator`` (0.5.13+), else
-    its ``MambaPool`` (None for a request pool without states)."""
-    allocator = getattr(req_to_token_pool, "mamba_allocator", None)
-    return allocator if allocator is not None else getattr(req_to_token_pool, "mamba_pool", None)
-
-
-def mamba_state(req_to_token_pool: Any, tree: Any, radix: bool, slots: tuple[int, ...],
-                rows: tuple[int, ...], reqs: Iterable[Any] = ()) -> MambaState | None:
-    """The state pool of a Mamba model's request pool (None for a request pool without one);
-    ``slots`` and ``rows``: the pool's state slots and request rows, as its free lists held them
-    when built (a padding row or slot is neither); ``reqs``: the player's waiting SGLang requests
-    (a match may have taken a slot for one)."""
-    allocator = state_allocator(req_to_token_pool)
-    if allocator is None:
-        return None
-    in_use = sorted(set(rows) - set(int(r) for r in req_to_token_pool.free_slots))
-    mapping = _host_copy(req_to_token_pool.req_index_to_mamba_index_mapping).tolist()
-    kept = tree_state_slots(tree) if radix else []
-    return MambaState(
-        slots=slots, rows=tuple((row, int(mapping[row])) for row in in_use), waiting=_waiting_slots(reqs),
-        tree=tuple(sorted(int(s) for s in kept)), free=tuple(int(s) for s in _host_copy(allocator.free_slots).tolist()),
-        available_size=int(allocator.available_size()),
-        evictable_size=int(tree.mamba_evictable_size()) if radix else 0,
-        protected_size=int(tree.mamba_protected_size()) if radix else 0)
-
-
-def _waiting_slots(reqs: Iterable[Any]) -> tuple[int, ...]:
-    """The state slots of waiting requests that hold no row (the state fields are on ``req.kv``
-    from 0.5.19)."""
-    held = []
-    for req in reqs:
-        kv = getattr(req, "kv", req)
-        slot = getattr(kv, "mamba_pool_idx", None)
-        if slot is not None and getattr(kv, "req_pool_idx", None) is None:
-            held.append(int(slot))
-    return tuple(sorted(held))
-
-
-def tree_state_slots(tree: Any) -> list[int]:
-    """The state slots a Mamba tree keeps: ``all_mamba_values_flatten`` (0.5.7+), or before it each
-    node's ``mamba_value``."""
-    if hasattr(tree, "all_mamba_values_flatten"):
-        return [int(s) for s in _host_copy(tree.all_mamba_values_flatten()).tolist()]
-    return [int(s) for node in tree._collect_all_nodes() if node.mamba_value is not None
-            for s in node.mamba_value.tolist()]
-
-
 def full_sizes(tree: Any) -> tuple[int, int]:
     """The tree's evictable and protected sizes in the full pool (a sliding-window tree of its own,
     up to 0.5.15, raises on the plain ones: its ``full_*`` ones say it)."""
@@ -451,23 +284,8 @@ def _world_state(world: Any, radix: bool, reqs: Iterable[Any] = ()) -> dict[str,
         "tree_slots": tuple(slot for entry in tree for slot in entry[2]),  # read as a set: the nodes' order
         "evictable_size": evictable,
         "protected_size": protected,
-        "pools": _pools(world, radix, reqs),
+        "pools": world.pool_records(radix, reqs),
     }
-
-
-def _pools(world: Any, radix: bool, reqs: Iterable[Any]) -> dict[str, PoolRecord]:
-    """The records of the pools ``world`` has beside its device KV (none for full attention)."""
-    found: dict[str, PoolRecord | None] = {
-        "window": window_state(world.allocator, world.tree_cache, radix),
-        "states": None if getattr(world, "mamba", None) is None else mamba_state(
-            world.req_to_token_pool, world.tree_cache, radix, world.state_slots, world.request_rows, reqs),
-        "host": None if getattr(world, "host_pool", None) is None else host_state(
-            world.host_pool, world.host_nodes(), kv_in_flight(world.tree_cache),
-            **controller_counts(world.tree_cache.cache_controller)),
-        "state_host": None if getattr(world, "state_host_pool", None) is None else host_state(
-            world.state_host_pool, world.state_host_nodes(), state_in_flight(world.tree_cache)),
-    }
-    return {name: record for name, record in found.items() if record is not None}
 
 
 def memory_view(status: str, row: int | None, protected_len: int, output_len: int, held: tuple[int, ...],

@@ -4,11 +4,13 @@ allocator and cache. The harness plays the same scenario in several worlds and c
 from __future__ import annotations
 
 import importlib
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
 import torch
 
+from kvparity.caches.pool import PoolRecord
 from kvparity.kernels import runtime
 from kvparity.mem_cache.allocator import PagedTokenToKVPoolAllocator, TokenToKVPoolAllocator
 from kvparity.mem_cache.errors import Exhausted, OutOfMemory
@@ -120,6 +122,10 @@ class World:
 
     def all_tree_slots(self) -> list[int]:
         return self.tree_cache.all_values_flatten().tolist() if isinstance(self.tree_cache, RadixCache) else []
+
+    def pool_records(self, radix: bool, reqs: Iterable[Any]) -> dict[str, PoolRecord]:
+        """None: kvparity's worlds serve full attention, with no pool beside the device's KV."""
+        return {}
 
 
 def build_world(

@@ -19,12 +19,13 @@ import importlib
 import inspect
 import os
 from array import array
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import torch
 
 from kvparity.caches.host_pool import HostNode, in_tree_order
+from kvparity.caches.pool import PoolRecord
 from kvparity.engine.canary import LaneStore, StateView
 from kvparity.engine.real import RealSGLangError
 from kvparity.engine.real.host_tier import KV_LANES, HostTier, hiradix_cache, host_pool, state_host_pool
@@ -42,6 +43,7 @@ from kvparity.engine.real.hybrid_pools import (
 )
 from kvparity.engine.real.names import lookup as _lookup
 from kvparity.engine.real.names import optional as _optional
+from kvparity.engine.real.pool_readers import pool_records, state_allocator
 from kvparity.engine.real.unified_tree import host_nodes, state_host_nodes, unified_tree_nodes
 from kvparity.engine.real.versions import UNIFIED_RADIX_CACHE, VersionEntry
 from kvparity.engine.snapshot import (
@@ -49,7 +51,6 @@ from kvparity.engine.snapshot import (
     full_allocator,
     full_sizes,
     released_pages,
-    state_allocator,
 )
 from kvparity.mem_cache.errors import Exhausted
 from kvparity.model.worlds import WorldId
@@ -767,6 +768,10 @@ class RealWorld:
     def state_host_nodes(self) -> list[HostNode]:
         """A Mamba model's host tier's nodes holding a host state (``HostNode``), by path."""
         return state_host_nodes(self.tree_cache)
+
+    def pool_records(self, radix: bool, reqs: Iterable[Any]) -> dict[str, PoolRecord]:
+        """The records of the pools beside the device's KV (``pool_readers``)."""
+        return pool_records(self, radix, reqs)
 
     def all_tree_slots(self, cache: Any = None) -> list[int]:
         """Every slot the tree holds, depth first over sorted children (kvparity's order)."""

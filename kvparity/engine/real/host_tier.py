@@ -67,7 +67,7 @@ import torch
 from kvparity.engine.real import RealSGLangError
 from kvparity.engine.real.faulty_storage import FaultyStorage
 from kvparity.engine.real.names import lookup
-from kvparity.engine.snapshot import (
+from kvparity.engine.real.pool_readers import (
     BACKUPS_REFUSED,
     FETCHED_TOKENS,
     LOADS_REFUSED,
@@ -756,7 +756,7 @@ def _counting(controller: Any, call: Any, counter: str) -> Any:
 
 
 def _bump(controller: Any, counter: str, by: int = 1) -> None:
-    """One of kvparity's counts kept on a cache controller (``snapshot.controller_counts`` reads them)."""
+    """One of kvparity's counts kept on a cache controller (``pool_readers.controller_counts`` reads them)."""
     setattr(controller, counter, getattr(controller, counter) + by)
 
 
