@@ -420,6 +420,31 @@ def test_a_hiradix_write_back_host_tier_behind_storage_raises_out_of_memory_a_kn
     _played(release_workers, "0.5.15", hiradix_write_back_storage_scenario(hicache_ratio=2.0))
 
 
+def unpaged_hiradix_write_back_storage_scenario(**change: object) -> TrafficScenario:
+    """The same in pages of 1 (shrunk from the nemesis's controls of 0.5.18): c0's 42 tokens, two
+    prompts of their own through a device of 128 slots and a host of 96, half the storage backups
+    failing; s hits c0."""
+    config = ServerConfig(pool_rows=4, kv_slots=128, max_prefill_tokens=4096, chunked_prefill_size=36,
+                          max_running_requests=4, schedule_conservativeness=0.3, hicache_ratio=0.75,
+                          hicache_write_policy="write_back", hicache_storage=True, hicache_ack_delay=1,
+                          hicache_storage_failure=0.5, hicache_storage_seed=325, hicache_storage_failing="batch_set",
+                          hicache_prefetch_policy="best_effort")
+    return TrafficScenario(dataclasses.replace(config, **change), (
+        (Arrival("c0", tuple(range(100000, 100042)), 1),), (), (), (), (),
+        (Arrival("f4", tuple(range(204000, 204063)), 1),), (Arrival("f5", tuple(range(205000, 205058)), 1),), (),
+        (Arrival("s", tuple(range(100000, 100042)) + tuple(range(80000, 80004)), 2),)))
+
+
+def test_in_pages_of_1_the_hiradix_defect_raises_from_alloc_token_slots_in_words_of_its_own(release_workers):
+    """0.5.18, pages of 1: RuntimeError: Out of memory with 36 tokens counted evictable, the same
+    known defect; with write_through, or a host of 256, the same traffic runs to its end."""
+    scenario = unpaged_hiradix_write_back_storage_scenario()
+    _raises_a_known_defect(release_workers, "0.5.18", scenario, "(available_size=5 + evictable_size=36)",
+                           "write-back host tier out of memory behind storage (HiRadixCache)")
+    _played(release_workers, "0.5.18", unpaged_hiradix_write_back_storage_scenario(hicache_write_policy="write_through"))
+    _played(release_workers, "0.5.18", unpaged_hiradix_write_back_storage_scenario(hicache_ratio=2.0))
+
+
 def test_a_host_tier_serves_full_attention_or_a_mamba_model_and_names_what_it_refuses(release_workers):
     """A sliding-window model's host tier is not driven (refused by the scenario); a Mamba model's
     is from 0.5.16 (UnifiedRadixCache's), and refused by name before (MambaRadixCache has none)."""

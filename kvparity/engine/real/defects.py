@@ -169,8 +169,9 @@ KNOWN_DEFECTS: tuple[KnownDefect, ...] = (
         "Mamba model's", RAISED, (form, "full_evictable_size_="), "hicache", _write_back_to_storage)
       for form in ("Prefill out of memory", "RuntimeError: Out of memory")),
     # Found by the controls of 0.5.18 once a group's label was per instance, shrunk, played on the
-    # releases beside it.
-    KnownDefect(
+    # releases beside it; in pages of 1, alloc_token_slots raises it in words of its own (the
+    # controls of 0.5.17 and 0.5.18 after the nemesis's host hits).
+    *(KnownDefect(
         "write-back host tier out of memory behind storage (HiRadixCache)", "0.5.15", "0.5.18",
         "a full-attention model's host tier on HiRadixCache, write_back with storage and a host smaller than the "
         "device: the admission counts evictable tokens the allocation then cannot have, and "
@@ -179,8 +180,12 @@ KNOWN_DEFECTS: tuple[KnownDefect, ...] = (
         "HiRadixCache's write-back eviction skips subtrees a storage operation locks); shrunk: a device of 96 slots in "
         "pages of 4, a host of 72, 9 requests over 18 passes: 0.5.15 to 0.5.18 raise (0.5.19 only in the overlap "
         "loop, as UnifiedRadixCache's), none with storage off, write_through or a host of 192; before 0.5.15 a host "
-        "smaller than the device is refused", RAISED, ("Prefill out of memory", "(available_size="), "hicache",
-        _write_back_to_storage),
+        "smaller than the device is refused; in pages of 1 (RuntimeError: Out of memory, from alloc_token_slots): "
+        "c0's 42 tokens, two prompts of their own and s on c0 through a device of 128 slots and a host of 96, "
+        "storage backups failing, raise on 0.5.15 to 0.5.18 (0.5.19: UnifiedRadixCache's defect above)", RAISED,
+        (form, "(available_size="), "hicache",
+        _write_back_to_storage)
+      for form in ("Prefill out of memory", "RuntimeError: Out of memory")),
     # Found by the nemesis's host-tier tasks (the controls of 0.5.20 to 0.5.22 against themselves),
     # shrunk, then traced on 0.5.21 with a log on the load-back path.
     KnownDefect(
