@@ -607,3 +607,42 @@ def test_a_refused_request_counts_as_a_refused_load_back_when_any_of_its_prefix_
     assert _waits_on_host(state_only)
     assert not _waits_on_host(SimpleNamespace(host_hit_length=0, needs_host_load_back=lambda: False))
     assert _waits_on_host(SimpleNamespace(host_hit_length=3)) and not _waits_on_host(SimpleNamespace(host_hit_length=0))
+
+
+def called_off_state_load_back_scenario(**change: object) -> TrafficScenario:
+    """A Mamba model's host tier, write_back, half the storage backups failing (a 0.5.16 control's
+    scenario, the nemesis's host hits w0 and w1 after a filler holding the device; not shrinkable:
+    the faults' sequence follows the storage calls)."""
+    def own(rid: str, *runs: tuple[int, int], out: int = 1) -> Arrival:
+        return Arrival(rid, tuple(t for start, stop in runs for t in range(start, stop)), out)
+
+    config = ServerConfig(pool_rows=2, kv_slots=96, max_prefill_tokens=27, chunked_prefill_size=28,
+                          max_running_requests=2, schedule_conservativeness=0.3, mamba_slots=23, hicache_ratio=0.75,
+                          hicache_write_policy="write_back", hicache_storage=True, hicache_ack_delay=2,
+                          hicache_storage_failure=0.5, hicache_storage_seed=511, hicache_storage_failing="batch_set")
+    fillers = [(own(f"f{k}", (200000 + 1000 * k, 200000 + 1000 * k + n), out=48 if k == 6 else 1),)
+               for k, n in enumerate((27, 31, 24, 37, 37, 25, 46))]
+    return TrafficScenario(dataclasses.replace(config, **change), (
+        (own("c0", (100000, 100053)),), (own("c1", (100000, 100058)),), (own("c2", (200000, 200045)),), (),
+        *fillers,
+        (own("w0", (100000, 100058), (60000, 60004), out=5), own("w1", (200000, 200045), (60100, 60104), out=4),
+         own("r0", (100000, 100057), (10000, 10002), out=5), own("r1", (100000, 100052), out=5),
+         own("r2", (100000, 100057), out=6)),
+        (own("s", (100000, 100053), (80000, 80004), out=2),),
+    ), aborts=((),) * 11 + (("r1",),))
+
+
+def test_a_mamba_load_back_called_off_keeps_a_state_slot_nobody_cleared_before_0_5_17(release_workers):
+    """A known SGLang defect of 0.5.16: a called-off load-back keeps the state slot it allocated,
+    uncleared, and w0 extends from f1's state where the empty state belongs. 0.5.18 plays it clean."""
+    from kvparity.engine.real.defects import CANARY, known_defect
+    from kvparity.engine.traffic_run import TrafficRun
+
+    scenario = called_off_state_load_back_scenario()
+    config, arrivals = scenario.to_plain()
+    run = TrafficRun.from_plain(release_workers("0.5.16").call("run_traffic", config=config, arrivals=arrivals))
+    reads = [read for snap in run.memory for read in snap.record.canary]
+    assert reads and reads[0].rid == "w0" and "the empty state belongs there" in reads[0].line(), reads[:1]
+    known = known_defect("0.5.16", scenario.config, CANARY, reads[0].line())
+    assert known is not None and known.name == "Mamba load-back called off on a state slot it took"
+    _played(release_workers, "0.5.18", scenario)

@@ -186,6 +186,21 @@ KNOWN_DEFECTS: tuple[KnownDefect, ...] = (
         (form, "(available_size="), "hicache",
         _write_back_to_storage)
       for form in ("Prefill out of memory", "RuntimeError: Out of memory")),
+    # Found by the nemesis's host hits (the controls of 0.5.16 against itself), traced by reading
+    # 0.5.16's load_back beside 0.5.17's.
+    KnownDefect(
+        "Mamba load-back called off on a state slot it took", "0.5.16", "0.5.16",
+        "a Mamba model's host tier: UnifiedRadixCache.load_back builds the state's transfer first, and that "
+        "allocates the request's own state slot (req.mamba_pool_idx) for the host state's copy; a load-back then "
+        "called off (under the threshold or over the quota, eviction short of room, or the controller's load "
+        "finding none) returns False keeping the slot, neither copied into nor marked to be cleared, so "
+        "alloc_req_slots passes it by and the request extends from whatever state the slot held last (wrong "
+        "output, no error)",
+        "fixed in 0.5.17, whose finalize_load_back returns the slot a called-off load-back allocated and clears "
+        "the request (\"the H->D copy never ran\"); seen on a 0.5.16 control (16 requests over 13 passes, "
+        "write_back, storage backups failing: w0 reads f1's state where the empty state belongs; the faults' "
+        "sequence follows the storage calls, so no request can be cut); 0.5.18 to 0.5.20 play the same traffic "
+        "clean", CANARY, ("the empty state belongs there",), "hicache-mamba"),
     # Found by the nemesis's host-tier tasks (the controls of 0.5.20 to 0.5.22 against themselves),
     # shrunk, then traced on 0.5.21 with a log on the load-back path.
     KnownDefect(
