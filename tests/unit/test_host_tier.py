@@ -646,3 +646,44 @@ def test_a_mamba_load_back_called_off_keeps_a_state_slot_nobody_cleared_before_0
     known = known_defect("0.5.16", scenario.config, CANARY, reads[0].line())
     assert known is not None and known.name == "Mamba load-back called off on a state slot it took"
     _played(release_workers, "0.5.18", scenario)
+
+
+def overwritten_state_load_back_scenario(**change: object) -> TrafficScenario:
+    """A Mamba model's host tier, write_through, a quarter of the storage reads failing (a 0.5.23
+    draw of the nemesis's host hits without the holding filler; not shrinkable: the faults' sequence
+    follows the storage calls): s matches r3's 5 tokens on the device and c0's 13 more from storage."""
+    def own(rid: str, *runs: tuple[int, int], out: int = 1) -> Arrival:
+        return Arrival(rid, tuple(t for start, stop in runs for t in range(start, stop)), out)
+
+    config = ServerConfig(pool_rows=2, kv_slots=128, max_prefill_tokens=29, chunked_prefill_size=20,
+                          max_running_requests=2, mamba_slots=26, hicache_ratio=2.0, hicache_storage=True,
+                          hicache_ack_delay=1, hicache_storage_failure=0.25, hicache_storage_seed=65535,
+                          hicache_storage_failing="batch_get")
+    fillers = [(own(f"f{k}", (200000 + 1000 * k, 200000 + 1000 * k + n)),)
+               for k, n in enumerate((36, 45, 60, 59, 47, 55, 32, 56, 42, 51))]
+    return TrafficScenario(dataclasses.replace(config, **change), (
+        (own("c0", (100000, 100018)),), (own("c1", (200000, 200033)),), (own("c2", (200000, 200050)),), (),
+        *fillers,
+        (own("w0", (100000, 100018), (60000, 60004), out=3), own("w1", (200000, 200050), (60100, 60104), out=4),
+         own("r0", (200000, 200033), (10000, 10007), out=2), own("r1", (200000, 200032), (20000, 20003), out=6),
+         own("r2", (200000, 200033), (30000, 30010), out=2), own("r3", (100000, 100005)),
+         own("r4", (100000, 100006), (50000, 50003), out=2)),
+        (own("s", (100000, 100018), (80000, 80004), out=2),),
+    ), aborts=((),) * 14 + (("w1",),))
+
+
+def test_a_mamba_state_loaded_back_is_overwritten_by_the_matchs_copy_on_write(release_workers):
+    """A known SGLang defect of 0.5.23: s's state, loaded back from the host, is overwritten by the
+    copy its device match staged, and s reads the state after position 4 at position 17. With the
+    storage faults off the same traffic runs clean."""
+    from kvparity.engine.real.defects import CANARY, known_defect
+    from kvparity.engine.traffic_run import TrafficRun
+
+    scenario = overwritten_state_load_back_scenario()
+    config, arrivals = scenario.to_plain()
+    run = TrafficRun.from_plain(release_workers("0.5.23").call("run_traffic", config=config, arrivals=arrivals))
+    reads = [read for snap in run.memory for read in snap.record.canary]
+    assert reads and reads[0].rid == "s" and "holds the state after token 100004 at position 4" in reads[0].line()
+    known = known_defect("0.5.23", scenario.config, CANARY, reads[0].line())
+    assert known is not None and known.name == "Mamba state loaded back, then overwritten by the match's copy-on-write"
+    _played(release_workers, "0.5.23", overwritten_state_load_back_scenario(hicache_storage_failure=0.0))

@@ -186,6 +186,22 @@ KNOWN_DEFECTS: tuple[KnownDefect, ...] = (
         (form, "(available_size="), "hicache",
         _write_back_to_storage)
       for form in ("Prefill out of memory", "RuntimeError: Out of memory")),
+    # Found by a variant of the nemesis's host hits on 0.5.23 (its draw without the holding filler),
+    # traced with a log on the storage, load-back and state-copy paths.
+    KnownDefect(
+        "Mamba state loaded back, then overwritten by the match's copy-on-write", "0.5.23", "0.5.23",
+        "a Mamba model's host tier: a request whose device match ends on a state (its match stages a "
+        "copy-on-write from it, mamba_cow_src_index) and whose host hit beyond holds the state it needs: the "
+        "load-back writes that state into the request's slot (prepare_load_back allocates none, the request "
+        "holds one), nothing clears the staged copy on that path (_adopt_loaded_state runs for the external "
+        "linker and the buffer pipeline only), and prepare_for_extend's deferred copy then overwrites the loaded "
+        "state with the device match's: the extend reads the state of the shorter prefix (wrong output, no error)",
+        "traced on 0.5.23: s matches 5 device tokens (r3's prompt, its state in slot 3) and 13 more fetched from "
+        "storage with their state (host slot 50); the load copies host 50 into s's slot 16, the deferred copy "
+        "3 -> 16 runs in run_batch before the forward, and s reads the state after position 4 at position 17; "
+        "none with the storage faults off (the fault on w0's fetch shapes the tree); 0.5.19 to 0.5.22 stage the "
+        "copy the same way, but this traffic meets it on 0.5.23 only; no upstream issue found", CANARY,
+        ("read state slot", "which holds the state after"), "hicache-mamba"),
     # Found by the nemesis's host hits (the controls of 0.5.16 against itself), traced by reading
     # 0.5.16's load_back beside 0.5.17's.
     KnownDefect(
