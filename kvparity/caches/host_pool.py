@@ -142,7 +142,10 @@ def _short(path: tuple[int, ...]) -> str:
 
 
 def host_pool_difference(name: str, a: HostState | None, b: HostState | None,
-                          exact: bool) -> tuple[str, str] | None:
+                         exact: bool) -> tuple[str, str] | None:
+    """The first way two runs' host pools (``name``) differ after an iteration: present in one
+    only, the free host slots, the paths the host keeps and which the device evicted (no
+    renumbering changes these), and, ``exact`` (the same release), which host slots back what."""
     sizes = size_difference(name, a, b, sizes=("available_size",))
     if sizes is not None or a is None or b is None:
         return sizes
@@ -150,7 +153,7 @@ def host_pool_difference(name: str, a: HostState | None, b: HostState | None,
     shape_b = [(n.extra_key, n.path, len(n.host), n.device is None) for n in b.nodes]
     if shape_a != shape_b:
         return f"{name} nodes", (f"{len(shape_b)} nodes, {b.host_only_tokens} tokens on the host alone, against the "
-                              f"reference's {len(shape_a)} and {a.host_only_tokens}")
+                                 f"reference's {len(shape_a)} and {a.host_only_tokens}")
     if exact and (a.nodes, sorted(a.free)) != (b.nodes, sorted(b.free)):
         return f"{name} slots", "the same nodes back other host slots"
     return None
@@ -161,7 +164,7 @@ def _host_problems(host: HostState, tree: tuple) -> list[str]:
 
 
 POOL: Pool[HostState] = Pool(name="host", oracle="host tier", from_plain=HostState.from_plain, problems=_host_problems,
-            difference=lambda a, b, exact: host_pool_difference("host", a, b, exact))
+                             difference=lambda a, b, exact: host_pool_difference("host", a, b, exact))
 STATE_POOL: Pool[HostState] = Pool(name="state_host", oracle="host tier", from_plain=HostState.from_plain,
-                  problems=lambda states, tree: [f"states: {p}" for p in host_slots_conserved(states)],
-                  difference=lambda a, b, exact: host_pool_difference("state host", a, b, exact))
+                                   problems=lambda states, tree: [f"states: {p}" for p in host_slots_conserved(states)],
+                                   difference=lambda a, b, exact: host_pool_difference("state host", a, b, exact))

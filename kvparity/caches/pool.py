@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, Generic, Protocol, TypeVar
+from typing import Any, Generic, Protocol, TypeVar, cast
 
 
 class PoolRecord(Protocol):
@@ -32,6 +32,10 @@ class Pool(Generic[R]):
     # How two runs' records differ after an iteration: (reference's, other's, exact) -> (what,
     # detail), or None. Either may be missing: present in one run only is a difference.
     difference: Callable[[R | None, R | None, bool], tuple[str, str] | None]
+
+    def record(self, pools: Mapping[str, PoolRecord]) -> R | None:
+        """This pool's record among a snapshot's (None: the world has no such pool)."""
+        return cast("R | None", pools.get(self.name))
 
 
 POOLS: dict[str, Pool[Any]] = {}  # by name, in registration order: the order problems and differences are reported in

@@ -61,7 +61,6 @@ def states_conserved(states: MambaState) -> list[str]:
     return problems
 
 
-
 def states_difference(a: MambaState | None, b: MambaState | None, exact: bool) -> tuple[str, str] | None:
     """The first way two runs' state pools differ after an iteration: their sizes and how many slots
     rows and the tree hold (numbers no renumbering changes), and, ``exact`` (the same release),
@@ -78,4 +77,4 @@ def states_difference(a: MambaState | None, b: MambaState | None, exact: bool) -
 
 
 POOL: Pool[MambaState] = Pool(name="states", oracle="state slots conserved", from_plain=MambaState.from_plain,
-            problems=lambda states, tree: states_conserved(states), difference=states_difference)
+                              problems=lambda states, tree: states_conserved(states), difference=states_difference)

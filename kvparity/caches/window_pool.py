@@ -59,7 +59,6 @@ def window_conserved(window: WindowState) -> list[str]:
     return problems
 
 
-
 def window_difference(a: WindowState | None, b: WindowState | None, exact: bool) -> tuple[str, str] | None:
     """The first way two runs' window pools differ after an iteration: their sizes and how many
     full slots hold a window slot (numbers no renumbering changes), and, ``exact`` (the same
@@ -77,4 +76,4 @@ def window_difference(a: WindowState | None, b: WindowState | None, exact: bool)
 
 
 POOL: Pool[WindowState] = Pool(name="window", oracle="window slots conserved", from_plain=WindowState.from_plain,
-            problems=lambda window, tree: window_conserved(window), difference=window_difference)
+                               problems=lambda window, tree: window_conserved(window), difference=window_difference)

@@ -177,12 +177,13 @@ def traffic_scenarios(draw: Any, policies: tuple[str, ...] = POLICIES, kind: Ser
     fetching = nemesis and config.hicache_storage
     length = st.integers(4, _STEM).map(lambda n: _STEM + 4 - n) if fetching else st.integers(4, _STEM)
     cached = [draw(st.sampled_from(stems))[: draw(length)] for _ in range(draw(st.integers(1, 3)))]
-    host_nemesis = nemesis and config.hicache_ratio is not None
+    host = config.hicache_ratio is not None
+    host_nemesis = nemesis and host
     if host_nemesis:  # a prompt of each stem: two host hits that share nothing (``_host_hits``)
         cached += [stem[: draw(length)] for stem in stems if all(p[0] != stem[0] for p in cached)]
     arrivals: list[tuple[Arrival, ...]] = [(Arrival(f"c{i}", p, 1),) for i, p in enumerate(cached)]
     arrivals.append(())  # an idle iteration: the warm-up has finished
-    if config.hicache_ratio is not None:
+    if host:
         arrivals += _fillers(draw, config, fetching)
     if host_nemesis and draw(st.booleans()):
         arrivals = _last_filler_holding(arrivals, config)
@@ -205,7 +206,6 @@ def traffic_scenarios(draw: Any, policies: tuple[str, ...] = POLICIES, kind: Ser
         outputs = draw(st.integers(32, 48) if pressure else _OUTPUTS_DECODING_FIRST if nemesis else st.integers(1, 6))
         burst.append(Arrival(f"r{i}", base[:cut] + own, outputs))
     arrivals.append(tuple(burst))
-    host = config.hicache_ratio is not None
     aborts, when = draw(_aborts(burst, len(arrivals) - 1, host, config.hicache_storage)) if nemesis else ((), ())
     if fetching:  # then a request that fetches: the first warm-up prompt (the first the host evicted), and more
         arrivals.append((Arrival(FETCHER, cached[0] + FETCHER_OWN, FETCHER_OUTPUTS),))

@@ -11,9 +11,13 @@ from typing import Any
 
 import torch
 
+from kvparity.caches.host_pool import POOL as HOST_POOL
+from kvparity.caches.host_pool import STATE_POOL as STATE_HOST_POOL
 from kvparity.caches.host_pool import HostNode, HostState
 from kvparity.caches.pool import PoolRecord
+from kvparity.caches.state_pool import POOL as STATES_POOL
 from kvparity.caches.state_pool import MambaState
+from kvparity.caches.window_pool import POOL as WINDOW_POOL
 from kvparity.caches.window_pool import WindowState
 from kvparity.engine.snapshot import _host_copy, released_pages
 
@@ -23,13 +27,13 @@ def pool_records(world: Any, radix: bool, reqs: Iterable[Any]) -> dict[str, Pool
     by the names ``kvparity.caches`` registers them under (``reqs``: the player's waiting SGLang
     requests, for the state slots their matches took)."""
     found: dict[str, PoolRecord | None] = {
-        "window": window_state(world.allocator, world.tree_cache, radix),
-        "states": None if getattr(world, "mamba", None) is None else mamba_state(
+        WINDOW_POOL.name: window_state(world.allocator, world.tree_cache, radix),
+        STATES_POOL.name: None if getattr(world, "mamba", None) is None else mamba_state(
             world.req_to_token_pool, world.tree_cache, radix, world.state_slots, world.request_rows, reqs),
-        "host": None if getattr(world, "host_pool", None) is None else host_state(
+        HOST_POOL.name: None if getattr(world, "host_pool", None) is None else host_state(
             world.host_pool, world.host_nodes(), kv_in_flight(world.tree_cache),
             **controller_counts(world.tree_cache.cache_controller)),
-        "state_host": None if getattr(world, "state_host_pool", None) is None else host_state(
+        STATE_HOST_POOL.name: None if getattr(world, "state_host_pool", None) is None else host_state(
             world.state_host_pool, world.state_host_nodes(), state_in_flight(world.tree_cache)),
     }
     return {name: record for name, record in found.items() if record is not None}
