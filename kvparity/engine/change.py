@@ -25,3 +25,7 @@ class Change:
     undo: tuple[str, str, str] | None = None
     # How to undo it in kvparity's model: (option of ``play_traffic``, value).
     model_undo: tuple[str, str] | None = None
+    # How to undo it in kvparity's adapter of ``release`` (``VersionEntry``'s fact, the value before
+    # it): in the harness drive kvparity's loop plays the scheduler's part, so a change of the
+    # scheduler's that the adapter follows is undone there, not in the source.
+    adapter_undo: tuple[str, bool] | None = None

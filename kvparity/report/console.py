@@ -105,8 +105,9 @@ def difference_lines(example: Example, drive: Any, replay: Callable[[str, Any], 
     then shrunk, its cause, the scenario and the command that replays it."""
     shown, shrink = example.shown, example.shrunk
     name = f"counterexample-{example.task}{'-' + kind if kind else ''}".replace(" ", "-").replace(",", "")
-    if title is None:  # a drive that stops: the whole report of the shrunk counterexample
-        return [shrink_head(example, drive), drive.report(shown, replay=replay(name, shown.scenario))]
+    if title is None:  # a drive that stops: the whole report of the shrunk counterexample, then its cause
+        why = ["why: " + example.cause.replace("\n", "\n     ")] if example.cause else []
+        return [shrink_head(example, drive), drive.report(shown, replay=replay(name, shown.scenario)), *why]
     lines = [f"{title}; the first: {example.found.line}"]
     if shrink is not None:
         state = "nothing one removal smaller differs" if shrink.complete else "the shrinking budget ran out"

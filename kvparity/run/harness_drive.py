@@ -137,7 +137,26 @@ class HarnessDrive:
         return step_candidates(scenario)
 
     def explain(self, played: Played) -> str | None:
-        return None  # the worlds get identical decisions: a difference is the memory path's own
+        """Between two real releases: the named change whose undoing in the checked world's adapter
+        (``Change.adapter_undo``, a rule of the scheduler's that kvparity's loop plays, such as a
+        refusal's) makes the replay agree. Else nothing: the worlds get identical decisions, so a
+        difference is the memory path's own."""
+        if self.lane is None or not self.spec.real_reference or played.kind != "disagree":
+            return None
+        from kvparity.engine.real.door import changes_between
+
+        reference = self.lane.ids[0]
+        differing = {d.world for d in played.result.divergences}
+        for world in self.lane.ids[1:]:
+            name = str(world)
+            if name not in differing or world.release in (None, reference.release):
+                continue
+            for change in changes_between(str(reference.release), str(world.release)):
+                lane = self.lane.undone(name, [change])
+                if lane is not None and not run_scenario(played.scenario, self.spec.worlds, lane=lane, real_reference=True,
+                                                         only=frozenset({str(reference), name})).divergences:
+                    return f"cause: {change.what} (undone in {name}'s adapter, the replay no longer differs so)"
+        return None
 
     def refuses(self, scenario: Scenario) -> str | None:
         return None

@@ -195,3 +195,28 @@ def test_the_harness_drive_frees_a_refused_requests_state_on_every_release_that_
     with RealLane(["0.5.16"], ("torch",), tree_core_variants=False, model="mamba") as lane:
         played = lane.play(scenario)
     assert [isinstance(snapshots, list) for snapshots in played.values()] == [True], played  # no RealFailure
+
+
+def test_the_harness_drive_names_the_change_a_refused_requests_freed_state_comes_from():
+    """``check --sglang 0.5.10 --against 0.5.9 --caches mamba``'s harness drive, shrunk: r7's match
+    copies r0's state into a slot of its own, kvparity's adder refuses r7 (its chunk past the
+    budget), and 0.5.10 frees that slot as its scheduler does (#21404) where 0.5.9 keeps it: a
+    state slot more free. The cause is shown, not assumed: 0.5.10 replayed with that rule of its
+    adapter undone agrees with 0.5.9."""
+    from kvparity.model.scenario import Extend, RequestSpec, Scenario
+    from kvparity.model.worlds import Geometry
+    from kvparity.run.harness_drive import HarnessSpec
+
+    scenario = Scenario(Geometry(pool_rows=15, max_context_len=26, kv_slots=446, page_size=1, need_sort=True), "radix", (
+        RequestSpec("r0", tuple(range(100000, 100005)), max_new_tokens=64, extra_key="lora-a"),
+        RequestSpec("r7", (*range(100000, 100006), 80000, 80001), arrival=1, max_new_tokens=64, extra_key="lora-a")),
+        (Extend(admit=("r0",)), Extend(admit=("r7",), chunked_last=True)), chunk_size=4)
+    drive = HarnessSpec((("legacy", "torch"),), ("0.5.9", "0.5.10"), ("torch",), real_reference=True,
+                        model="mamba").build()
+    try:
+        played = drive.play(scenario)
+        assert played.kind == "disagree", played.line
+        assert "state available_size: 43 != 42" in played.result.divergences[0].line()
+        assert (drive.explain(played) or "").startswith("cause: a Mamba model's request the PrefillAdder refuses")
+    finally:
+        drive.close()

@@ -10,9 +10,10 @@ nothing any token can see), "behaviour" (a value a request or the tree ends up w
 (which requests a batch admits, or in which order).
 
 A change that can be undone says how (``undo``: in its release's source, the text it wrote and the
-text before it; ``model_undo``: the option of kvparity's model that undoes it), so that a difference
+text before it; ``model_undo``: the option of kvparity's model that undoes it; ``adapter_undo``: the
+fact of kvparity's adapter that follows it, where the harness drive's loop plays it), so that a difference
 between two releases can be traced to it: undone in a replay, the two decide alike
-(``kvparity.run.scheduler_drive``).
+(``kvparity.run.scheduler_drive``), or keep the same memory (``kvparity.run.harness_drive``).
 """
 
 from __future__ import annotations
@@ -77,7 +78,8 @@ CHANGES: tuple[Change, ...] = (
                  "                if not added and req.mamba_pool_idx is not None:\n"
                  "                    self.tree_cache.req_to_token_pool.mamba_pool.free(\n"
                  "                        req.mamba_pool_idx.unsqueeze(-1)\n"
-                 "                    )\n                    req.mamba_pool_idx = None\n", "")),
+                 "                    )\n                    req.mamba_pool_idx = None\n", ""),
+           adapter_undo=("mamba_refusal_frees", False)),
     Change("0.5.10", BEHAVIOUR, "with a host tier (HiRadixCache), update_running_batch acknowledges finished "
            "write-through backups before its decode memory check (flush_write_through_acks), so their nodes are "
            "evictable in that pass, not from the next one's check_hicache_events",

@@ -9,14 +9,17 @@ was in; the worker is restarted for the next scenario, and kvparity itself goes 
 from __future__ import annotations
 
 import contextlib
+import copy
 import functools
 import json
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from kvparity import caches
+from kvparity.engine.change import Change
 from kvparity.engine.real import WORKER_PLUGINS, RealSGLangError
 from kvparity.engine.real.install import SGLangSource, resolve
 from kvparity.engine.real.play import STEP_MARK
@@ -124,6 +127,18 @@ class RealLane:
         )
         self.names = tuple(str(world) for world in self.ids)
         self.kernels: dict[str, dict[str, str]] = {}  # world name -> which kernels it ran (0.5.22+ report them)
+        # world name -> the adapter facts it plays with undone (``undone``): none in a lane as built.
+        self.facts: dict[str, dict[str, bool]] = {}
+
+    def undone(self, world: str, changes: Sequence[Change]) -> RealLane | None:
+        """This lane with ``changes`` undone in ``world``'s adapter (``Change.adapter_undo``; None:
+        one of them says no such fact). It shares this lane's workers: the caller does not close it."""
+        if not changes or any(c.adapter_undo is None for c in changes):
+            return None
+        lane = copy.copy(self)
+        lane.facts = {**self.facts, world: {**self.facts.get(world, {}), **dict(c.adapter_undo for c in changes
+                                                                                 if c.adapter_undo)}}
+        return lane
 
     def start(self) -> None:
         for worker in self.workers.values():
@@ -153,7 +168,8 @@ class RealLane:
             try:
                 reply = worker.call("play", backend=world.backend, scenario=data, stop_before=stop_before,
                                     options=world_options(world, self.tree_class)
-                                    | caches.get(self.model).harness_options(scenario.geometry, self.host_offer))
+                                    | caches.get(self.model).harness_options(scenario.geometry, self.host_offer),
+                                    facts=self.facts.get(name, {}))
             except (WorkerDied, WorkerHung) as exc:
                 step, operation = _where(getattr(exc, "stderr_tail", "") or worker.last_stderr)
                 kind = "died" if isinstance(exc, WorkerDied) else "hung"

@@ -10,6 +10,7 @@ and in which operation.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import sys
 import time
@@ -33,11 +34,12 @@ def _mark(index: int, step: Any) -> None:
 
 @remote
 def play(ctx: Context, backend: str, scenario: dict[str, Any], stop_before: int | None = None,
-         options: dict[str, Any] | None = None) -> dict[str, Any]:
+         options: dict[str, Any] | None = None, facts: dict[str, bool] | None = None) -> dict[str, Any]:
     """Play ``scenario`` (``scenario_to_dict`` form) on this worker's SGLang with ``backend`` (and
     the world ``options`` its generation offers, e.g. ``tree_core``), up to (not including) step
-    ``stop_before``; return every stage's snapshot (the start first) and which kernels ran."""
-    entry = ctx.require_sglang()
+    ``stop_before``; return every stage's snapshot (the start first) and which kernels ran.
+    ``facts``: the release's adapter facts to play with other values (a named change undone)."""
+    entry = dataclasses.replace(ctx.require_sglang(), **(facts or {}))
     parsed = scenario_from_dict(scenario)
     started = time.monotonic()
     device = str(runtime.DEVICE)  # the CPU under Triton's interpreter, or the GPU (compiled Triton)
