@@ -59,6 +59,7 @@ import tempfile
 import threading
 import types
 import weakref
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -691,20 +692,26 @@ def _count_refusals(tree: Any) -> None:
     """A backup (device to host) and a load-back (host to device) also count, on the tree's cache
     controller, the calls that found no room and returned None (``BACKUPS_REFUSED``,
     ``LOADS_REFUSED``): the host too full for a backup, the device for a load-back. A backup is the
-    controller's ``write``, but from 0.5.18 UnifiedRadixCache's ``_execute_kv_backup``, which
-    looks for host room itself (evicting the host) and gives up before asking its controller; its
-    load-back likewise (``_count_unified_load_refusals``)."""
+    controller's ``write`` (None: no room), but UnifiedRadixCache looks for host room itself
+    (evicting the host) and gives up before asking its controller: from 0.5.17 in
+    ``_execute_kv_backup`` (None), in 0.5.16 in ``write_backup`` (0 tokens backed up: a node always
+    holds some, so 0 is a refusal, its parent's included). Its load-back likewise
+    (``_count_unified_load_refusals``)."""
     controller = tree.cache_controller
-    backup = (tree, "_execute_kv_backup") if hasattr(tree, "_execute_kv_backup") else (controller, "write")
-    counted = [(backup, BACKUPS_REFUSED)]
+    if hasattr(tree, "_execute_kv_backup"):
+        counted = [((tree, "_execute_kv_backup"), BACKUPS_REFUSED, _is_none)]
+    elif type(tree).__name__ == "UnifiedRadixCache":
+        counted = [((tree, "write_backup"), BACKUPS_REFUSED, _is_zero)]
+    else:
+        counted = [((controller, "write"), BACKUPS_REFUSED, _is_none)]
     if hasattr(getattr(tree, "tree_core", None), "build_load_back_spec"):
         _count_unified_load_refusals(tree)
     else:
-        counted.append(((controller, "load"), LOADS_REFUSED))
+        counted.append(((controller, "load"), LOADS_REFUSED, _is_none))
     setattr(controller, BACKUPS_REFUSED, 0)
     setattr(controller, LOADS_REFUSED, 0)
-    for (owner, method), counter in counted:
-        setattr(owner, method, _counting(controller, getattr(owner, method), counter))
+    for (owner, method), counter, refused in counted:
+        setattr(owner, method, _counting(controller, getattr(owner, method), counter, refused))
 
 
 def _count_unified_load_refusals(tree: Any) -> None:
@@ -745,14 +752,22 @@ def count_refused_load(tree: Any) -> None:
         _bump(controller, LOADS_REFUSED)
 
 
-def _counting(controller: Any, call: Any, counter: str) -> Any:
+def _counting(controller: Any, call: Any, counter: str, refused: Callable[[Any], bool]) -> Any:
     def counted(*args: Any, **kwargs: Any) -> Any:
         out = call(*args, **kwargs)
-        if out is None:
+        if refused(out):
             _bump(controller, counter)
         return out
 
     return counted
+
+
+def _is_none(out: Any) -> bool:
+    return out is None
+
+
+def _is_zero(out: Any) -> bool:
+    return out == 0
 
 
 def _bump(controller: Any, counter: str, by: int = 1) -> None:
