@@ -544,6 +544,12 @@ def _startup(args: argparse.Namespace, ctx: Context) -> None:
     # (a worker started by hand), probe here.
     entry = versions.SUPPORTED[args.entry] if args.entry else install.probe_source(folder, on_disk, "path").entry
     sys.path.insert(0, folder)
+    # A release kvparity installed keeps the bytecode of the modules its workers import (written
+    # beside them, whatever PYTHONDONTWRITEBYTECODE says): each later worker, and each copy of it (a
+    # mutant, a change undone: a copy keeps its files' times, so an edited file's bytecode is stale
+    # and compiled afresh; an explain hybrid removes what it replaces), skips compiling them.
+    if os.path.realpath(folder).startswith(os.path.realpath(install.cache_root()) + os.sep):
+        sys.dont_write_bytecode = False
     # A release whose host tier kvparity drives needs its real host pools (importable on a CPU).
     ctx.standins = standins.install(standins.table(host_pools=entry.host_tier is not None))
     if entry.host_pool_imports_kvcacheio:
