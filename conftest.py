@@ -145,15 +145,21 @@ def keep_hypothesis_profile():
     settings.load_profile("_kvparity_restore")
 
 
-@pytest.fixture(scope="module")
+# Release workers a test process keeps warm at once (``release_workers``): starting one costs about
+# 5 CPU seconds, and seven modules ask for 0.5.23; each holds SGLang's modules in memory.
+WARM_RELEASE_WORKERS = 6
+
+
+@pytest.fixture(scope="session")
 def release_workers(scheduler_workers):
-    """A scheduler-shell worker per release, started when first asked for (0.5.3 and 0.5.3.post1:
-    the session's shared ones); a release that cannot be had skips the test."""
+    """A scheduler-shell worker per release, started when first asked for and shared by every test
+    of the process (0.5.3 and 0.5.3.post1: the session's scheduler workers); the least recently
+    asked for is closed past ``WARM_RELEASE_WORKERS``. A release that cannot be had skips the test."""
     from kvparity.engine.errors import RealSGLangError
     from kvparity.engine.real.install import resolve
     from kvparity.engine.real.worker import RealWorker
 
-    started: dict = {}
+    started: dict = {}  # in the order last asked for
 
     def get(release: str):
         if release in scheduler_workers:
@@ -163,7 +169,10 @@ def release_workers(scheduler_workers):
                 source = resolve(release)
             except RealSGLangError as exc:
                 pytest.skip(f"cannot get a real sglang {release}: {exc}")
+            if len(started) >= WARM_RELEASE_WORKERS:
+                started.pop(next(iter(started))).close()
             started[release] = RealWorker(source, plugins=("kvparity.engine.real.scheduler_shell",))
+        started[release] = started.pop(release)
         return started[release]
 
     yield get
