@@ -6,11 +6,13 @@ exports one as ``KIND``; ``kvparity.caches`` registers them, and looks them up b
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from kvparity.model.traffic import HostOffer, ServerConfig
+from kvparity.caches.pool import PoolRecord
+from kvparity.model.traffic import HostOffer, ServerConfig, TrafficScenario
+from kvparity.model.traffic_records import Decision
 from kvparity.model.traffic_strategies import ServeOptions
 
 
@@ -25,6 +27,40 @@ class ReleaseFacts(Protocol):
 
     @property
     def host_mamba(self) -> bool: ...
+
+
+class HeldRequest(Protocol):
+    """What a kind's traffic classes read of a request after an iteration (``engine.snapshot.RequestView``)."""
+
+    @property
+    def status(self) -> str: ...
+
+    @property
+    def held(self) -> tuple[int, ...]: ...
+
+
+class Memory(Protocol):
+    """What a kind's traffic classes read of the memory after an iteration (``engine.snapshot.Snapshot``):
+    its pools by name, the device slots the tree holds, the requests."""
+
+    @property
+    def pools(self) -> Mapping[str, PoolRecord]: ...
+
+    @property
+    def tree_slots(self) -> tuple[int, ...]: ...
+
+    @property
+    def requests(self) -> Mapping[str, HeldRequest]: ...
+
+
+# The scenario shapes of its own a scheduler-driven run met: (the scenario, the run's iteration
+# records, the memory after each) -> their names (``kvparity.judge.traffic_classes`` adds the
+# shapes every kind has).
+Reached = Callable[[TrafficScenario, Sequence[Decision], Sequence[Memory]], set[str]]
+
+
+def nothing_of_its_own(scenario: TrafficScenario, decisions: Sequence[Decision], memory: Sequence[Memory]) -> set[str]:
+    return set()
 
 
 # A kind's server, drawn: (Hypothesis's draw, a drawn full-attention server, the drive's options) -> its own.
@@ -47,6 +83,7 @@ class CacheKind:
     harness_options: Callable[[Any, HostOffer], dict[str, Any]]
     harness_paged: Callable[[bool], bool]
     classes: tuple[str, ...] = ()  # the scenario shapes of its own a report counts (``kvparity.model.classes``)
+    reached: Reached = nothing_of_its_own  # which of them a run met
 
     @property
     def hybrid(self) -> bool:

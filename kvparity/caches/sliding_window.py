@@ -4,13 +4,24 @@ page to beyond any prompt."""
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Sequence
 from typing import Any
 
 from hypothesis import strategies as st
 
-from kvparity.caches.kind import CacheKind
-from kvparity.model.classes import TRAFFIC_WINDOW
-from kvparity.model.traffic import LOOPS, ServerConfig, window_slots
+from kvparity.caches.kind import CacheKind, Memory
+from kvparity.caches.window_pool import POOL
+from kvparity.model.classes import (
+    TRAFFIC_TOMBSTONE,
+    TRAFFIC_TOMBSTONE_HIT,
+    TRAFFIC_WINDOW,
+    TRAFFIC_WINDOW_BELOW_PAGE,
+    TRAFFIC_WINDOW_EVICTED,
+    TRAFFIC_WINDOW_OFF_PAGE,
+    TRAFFIC_WINDOW_RETRACTION,
+)
+from kvparity.model.traffic import BELOW_A_PAGE, LOOPS, ServerConfig, TrafficScenario, window_slots
+from kvparity.model.traffic_records import Decision
 
 # Its window in the harness drive's worlds: below most drawn prompts (the window slides), above a
 # page; its slots are freed every 2 tokens that slide out (SGLang's default, 128, is past every
@@ -44,6 +55,45 @@ def harness_options(geometry: Any, offer: Any) -> dict[str, Any]:
             "swa_kv_slots": max(geometry.page_size, window_slots(geometry.kv_slots, geometry.page_size, None))}
 
 
+def window_classes(decisions: Sequence[Decision], memory: Sequence[Memory]) -> set[str]:
+    """A sliding-window model's shapes a run met: window slots freed under a running request (a
+    slot it holds maps to no window slot), a tombstone (a tree slot that maps to none), a radix hit
+    while the tree held one, a retraction."""
+    found: set[str] = set()
+    tombstoned = False
+    for rec, snap in zip(decisions, memory):
+        window = POOL.record(snap.pools)
+        if window is None:
+            return found
+        if rec.mode == "EXTEND" and tombstoned and any(hit > 0 for hit in rec.prefix_lens):
+            found.add(TRAFFIC_TOMBSTONE_HIT)
+        mapped = {full for full, _ in window.mapped}
+        tombstoned = any(slot not in mapped for slot in snap.tree_slots)
+        if tombstoned:
+            found.add(TRAFFIC_TOMBSTONE)
+        if any(view.status in ("running", "chunked") and any(s not in mapped for s in view.held)
+               for view in snap.requests.values()):
+            found.add(TRAFFIC_WINDOW_EVICTED)
+        if rec.retracted:
+            found.add(TRAFFIC_WINDOW_RETRACTION)
+    return found
+
+
+def window_geometry_classes(scenario: TrafficScenario, window_met: set[str]) -> set[str]:
+    """The window's geometry against the page, where the run's window freed slots (``window_met``,
+    its ``window_classes``: its frontier was computed under it): smaller than a page, or past one
+    and not a whole number of them."""
+    odds = scenario.config.window_at_odds
+    if odds is None or not window_met & {TRAFFIC_WINDOW_EVICTED, TRAFFIC_TOMBSTONE}:
+        return set()
+    return {TRAFFIC_WINDOW_BELOW_PAGE if odds == BELOW_A_PAGE else TRAFFIC_WINDOW_OFF_PAGE}
+
+
+def reached(scenario: TrafficScenario, decisions: Sequence[Decision], memory: Sequence[Memory]) -> set[str]:
+    window = window_classes(decisions, memory)
+    return window | window_geometry_classes(scenario, window)
+
+
 KIND = CacheKind(
     name="swa", label="sliding window", loops=LOOPS, host_tier=False, default=True,
     served_by=lambda release: True,
@@ -53,4 +103,5 @@ KIND = CacheKind(
     # Pages above 1 where every release of the lane pages its window pool.
     harness_paged=lambda paged_windows: paged_windows,
     classes=TRAFFIC_WINDOW,
+    reached=reached,
 )

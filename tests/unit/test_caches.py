@@ -8,6 +8,7 @@ from hypothesis import HealthCheck, given, settings
 
 from kvparity import caches
 from kvparity.caches.state_pool import MambaState
+from kvparity.caches.window_pool import POOL as WINDOW
 from kvparity.caches.window_pool import WindowState
 from kvparity.engine.real.versions import entry
 from kvparity.model.traffic import ServerConfig
@@ -86,3 +87,26 @@ def test_the_pools_a_kind_adds_are_judged_in_the_registrys_order_each_by_its_own
 def test_a_pool_no_kind_registers_is_refused_naming_it():
     with pytest.raises(ValueError, match=r"pools no cache kind registers: \['draft'\]"):
         caches.pool_problems({"draft": object()}, tree=())
+
+
+def test_a_kind_reads_the_shapes_of_its_own_from_its_pool_after_each_iteration():
+    """The window kind counts a window slot freed under a running request: r0 holds full slots 4
+    and 5, and after the second iteration slot 4 maps to no window slot (it slid out), while the
+    tree's slot 5 still does. Full attention has no shapes of its own to read; a window pool it
+    never built is no window shape of its."""
+    from types import SimpleNamespace as Memory
+
+    from kvparity.model.traffic import TrafficScenario
+    from kvparity.model.traffic_records import Decision
+
+    def memory(mapped):
+        window = WindowState(slots=8, page_size=1, mapped=mapped, free=(), available_size=0)
+        return Memory(pools={WINDOW.name: window}, tree_slots=(5,),
+                      requests={"r0": Memory(status="running", held=(4, 5))})
+
+    decisions = (Decision(0, "EXTEND", ("r0",), (0,), (2,), (2,), (1,)), Decision(1, "DECODE", ("r0",)))
+    after = (memory(((4, 1), (5, 2))), memory(((5, 2),)))
+    swa = TrafficScenario(ServerConfig(sliding_window=8), ((),))
+    assert caches.get("swa").reached(swa, decisions[:1], after[:1]) == set()
+    assert caches.get("swa").reached(swa, decisions, after) == {caches.get("swa").classes[0]}
+    assert caches.get("full").reached(TrafficScenario(ServerConfig(), ((),)), decisions, after) == set()

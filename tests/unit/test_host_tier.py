@@ -10,10 +10,12 @@ import numpy as np
 import pytest
 
 from kvparity.caches.host_pool import HostNode, HostState, host_nodes_consistent, host_slots_conserved
+from kvparity.caches.host_tier import host_classes as host_tier_classes
+from kvparity.caches.mamba_host_tier import state_load_backs
 from kvparity.engine.canary import KVCanary, LaneStore, SlotStore
 from kvparity.engine.real.defects import RAISED, known_defect
 from kvparity.judge.memory import run_problems
-from kvparity.judge.traffic_classes import abort_classes, host_classes
+from kvparity.judge.traffic_classes import abort_classes
 from kvparity.model.canary import UNSTAMPED
 from kvparity.model.classes import (
     TRAFFIC_ABORTS,
@@ -25,6 +27,11 @@ from kvparity.model.classes import (
 from kvparity.model.scenario import Decode, Evict, Extend, RequestSpec, Scenario
 from kvparity.model.traffic import Arrival, ServerConfig, TrafficScenario, traffic_geometry
 from kvparity.model.worlds import Geometry
+
+
+def host_classes(run) -> set[str]:
+    """The host tier's shapes ``run`` met (``kvparity.caches.host_tier``)."""
+    return host_tier_classes(run.decisions, run.memory)
 
 
 def test_a_lane_store_keeps_the_canary_in_the_kv_exactly():
@@ -294,7 +301,8 @@ def test_a_mamba_models_state_is_loaded_back_from_the_host_with_its_kv(release_w
     run = _played(release_workers, release, mamba(load_back_scenario()))
     hits = {rid: hit for rec in run.decisions if rec.mode == "EXTEND" for rid, hit in zip(rec.rids, rec.prefix_lens)}
     assert hits["d"] == 40
-    assert {TRAFFIC_HOST_LOAD_BACK, TRAFFIC_STATE_LOAD_BACK} <= host_classes(run)
+    assert TRAFFIC_HOST_LOAD_BACK in host_classes(run)
+    assert state_load_backs(run.decisions, run.memory) == {TRAFFIC_STATE_LOAD_BACK}
     assert all(snap.state_host is not None for snap in run.memory)
 
 

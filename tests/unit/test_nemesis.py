@@ -121,7 +121,7 @@ def test_a_failed_storage_read_is_recomputed_around_and_counted_as_a_fault(relea
     nothing back, so d recomputes it (no hit, no read of wrong KV, every slot accounted for); the
     host snapshot lists the failed read by name, and the run meets the read-fault class. 0.5.23
     through SGLang's own failure injector, 0.5.15 through kvparity's faulty backend."""
-    from kvparity.judge.traffic_classes import host_classes
+    from kvparity.caches.host_tier import host_classes
     from kvparity.model.classes import TRAFFIC_STORAGE_FAULT, TRAFFIC_STORAGE_READ_FAULT
 
     scenario = failing_reads(1.0)
@@ -131,7 +131,8 @@ def test_a_failed_storage_read_is_recomputed_around_and_counted_as_a_fault(relea
     assert run.memory[-1].host.storage_faults == ("batch_get",) and run.memory[-1].host.fetched == 0
     hits = {rid: hit for rec in run.decisions if rec.mode == "EXTEND" for rid, hit in zip(rec.rids, rec.prefix_lens)}
     assert hits["d"] == 0
-    assert TRAFFIC_STORAGE_READ_FAULT in host_classes(run) and TRAFFIC_STORAGE_FAULT not in host_classes(run)
+    met = host_classes(run.decisions, run.memory)
+    assert TRAFFIC_STORAGE_READ_FAULT in met and TRAFFIC_STORAGE_FAULT not in met
 
 
 def test_a_failed_storage_read_counted_as_fetched_is_read_as_wrong_kv(release_workers, tmp_path):
@@ -183,7 +184,7 @@ def test_a_prefetch_its_policy_ends_early_holds_its_tail_until_its_last_acknowle
     in flight then, not leaked), and the run meets the class of a prefetch ended early."""
     import dataclasses
 
-    from kvparity.judge.traffic_classes import host_classes
+    from kvparity.caches.host_tier import host_classes
     from kvparity.model.classes import TRAFFIC_PREFETCH_CUT
 
     base = failing_reads(0.0)
@@ -191,7 +192,7 @@ def test_a_prefetch_its_policy_ends_early_holds_its_tail_until_its_last_acknowle
     config, groups = scenario.to_plain()
     run = TrafficRun.from_plain(release_workers("0.5.23").call("run_traffic", config=config, arrivals=groups))
     assert run.error is None and not traffic_problems(scenario, run)
-    assert run.memory[-1].host.prefetches_cut == 1 and TRAFFIC_PREFETCH_CUT in host_classes(run)
+    assert run.memory[-1].host.prefetches_cut == 1 and TRAFFIC_PREFETCH_CUT in host_classes(run.decisions, run.memory)
     hits = {rid: hit for rec in run.decisions if rec.mode == "EXTEND" for rid, hit in zip(rec.rids, rec.prefix_lens)}
     assert hits["d"] == 0
     with pytest.raises(ValueError, match="hicache_prefetch_policy='best_effort'"):
