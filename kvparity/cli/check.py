@@ -41,6 +41,7 @@ from kvparity.cli.check_plan import (
     check_plans,
     drive_option_problem,
     power_problem,
+    registered_caches,
 )
 from kvparity.cli.paths import output_path_problem, positive_number_problem, write_problem
 from kvparity.model.worlds import MODELLED_RELEASES
@@ -139,6 +140,11 @@ def run(args: argparse.Namespace) -> int:
     if _choose_device(args.device) is None:
         print(f"kvparity check: --device {args.device}: the kernels were already loaded for another device",
               file=sys.stderr)
+        return USAGE_ERROR
+    try:
+        args.caches = registered_caches(args.caches)
+    except ValueError as exc:
+        print(f"kvparity check: {exc}", file=sys.stderr)
         return USAGE_ERROR
     problem = _option_problem(args)
     if problem:

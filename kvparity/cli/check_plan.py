@@ -53,11 +53,25 @@ def cache_kinds() -> ModuleType:
 
 
 def caches_option(text: str) -> tuple[str, ...]:
-    """``--caches``'s value: registered cache kinds' names, comma-separated, in the registry's order."""
-    names = [n.strip() for n in text.split(",") if n.strip()]
+    """``--caches``'s value as given: names, comma-separated. They are checked against the registry
+    (``registered_caches``) once the device is chosen: the registry loads the kernels, so asking it
+    while the arguments are read would fix the device before ``--device`` says which."""
+    names = tuple(n.strip() for n in text.split(",") if n.strip())
+    if not names:
+        raise argparse.ArgumentTypeError(f"{text!r}: expected cache kinds' names, comma-separated")
+    return names
+
+
+def registered_caches(names: tuple[str, ...] | None) -> tuple[str, ...] | None:
+    """``--caches``'s names in the registry's order (None: not given); a ValueError names one the
+    registry does not know, and the ones it does."""
+    if names is None:
+        return None
     known = cache_kinds().names()
-    if not names or any(n not in known for n in names):
-        raise argparse.ArgumentTypeError(f"{text!r}: expected some of {', '.join(known)}, comma-separated")
+    unknown = [n for n in names if n not in known]
+    if unknown:
+        raise ValueError(f"--caches {','.join(names)}: {unknown[0]!r} is no cache kind; expected some of "
+                         f"{', '.join(known)}, comma-separated")
     return tuple(c for c in known if c in names)
 
 

@@ -15,7 +15,7 @@ import json
 import sys
 from pathlib import Path
 
-from kvparity.cli.check_plan import caches_option, per_task, power_problem
+from kvparity.cli.check_plan import caches_option, per_task, power_problem, registered_caches
 from kvparity.cli.paths import output_path_problem
 from kvparity.judge.power import CONFIDENCE, percent, rules_out
 from kvparity.run import matrix_shards as shards
@@ -157,7 +157,11 @@ def run(args: argparse.Namespace) -> int:
     except RealSGLangError as exc:
         print(f"kvparity matrix: {exc}", file=sys.stderr)
         return USAGE_ERROR
-    caches = args.caches or ("full",)
+    try:
+        caches = registered_caches(args.caches) or ("full",)
+    except ValueError as exc:
+        print(f"kvparity matrix: {exc}", file=sys.stderr)
+        return USAGE_ERROR
     plan = shards.plan(args.drive, releases, pairs, backends if args.drive == "harness" else (), examples, args.seed,
                        caches)
     doc: dict = {"pairs": [], "releases": []}

@@ -59,11 +59,18 @@ def test_options_that_do_not_fit_are_refused(argv, problem, capsys):
 
 
 def test_caches_are_named_from_those_kvparity_serves():
-    from kvparity.cli.check_plan import caches_option
+    from kvparity.cli.check_plan import caches_option, registered_caches
 
-    assert caches_option("mamba,full") == ("full", "mamba")  # in CACHES order
-    with pytest.raises(Exception, match="'gdn': expected some of full, swa, mamba, hicache"):
-        caches_option("gdn")
+    assert registered_caches(caches_option("mamba,full")) == ("full", "mamba")  # in the registry's order
+    with pytest.raises(ValueError, match="'gdn' is no cache kind; expected some of full, swa, mamba, hicache"):
+        registered_caches(caches_option("mamba,gdn"))
+
+
+def test_an_unknown_cache_kind_is_refused_with_exit_2_once_the_device_is_chosen(capsys):
+    """``--caches`` is read before ``--device`` is applied, so the registry (which loads the kernels
+    and with them the device) is asked only after: the name is refused by the run, exit 2."""
+    assert main(["check", "--sglang", "0.5.23", "--against", "0.5.22", "--caches", "gdn", "--device", "cpu"]) == 2
+    assert "--caches gdn: 'gdn' is no cache kind" in capsys.readouterr().err
 
 
 def test_a_traffic_scenario_replays_only_scheduler_driven(tmp_path, capsys):
@@ -73,3 +80,15 @@ def test_a_traffic_scenario_replays_only_scheduler_driven(tmp_path, capsys):
     assert main(["check", "--drive", "harness", "--replay", str(saved)]) == 2
     assert "it replays scheduler-driven" in capsys.readouterr().err
     assert main(["check", "--replay", str(saved)]) == 0  # legacy and refactored decide alike under fcfs
+
+
+def test_the_caches_help_names_every_registered_kind(capsys):
+    """``--caches``'s help is written before the registry may be asked (it loads the kernels): it
+    must still name every kind the registry holds."""
+    from kvparity import caches
+
+    with pytest.raises(SystemExit):
+        main(["check", "--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    help_text = text[text.index("--caches C[,C...]", text.index("options:")):]
+    assert all(f"{name} (" in help_text for name in caches.names()), help_text[:400]
