@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from kvparity import caches
+from kvparity.engine.release_order import version_key
 from kvparity.judge.compare import KNOWN_VERSION_DIFFERENCES, RENUMBERED_BETWEEN_RELEASES
 from kvparity.judge.run_result import RunResult
 from kvparity.judge.verdict import Finding, Played, Verdict
@@ -149,7 +150,9 @@ class HarnessDrive:
         differing = {d.world for d in played.result.divergences}
         for world in self.lane.ids[1:]:
             name = str(world)
-            if name not in differing or world.release in (None, reference.release):
+            # Only a release's own changes are undone: those of a release newer than the reference.
+            if name not in differing or not world.release or not reference.release \
+                    or version_key(world.release) <= version_key(reference.release):
                 continue
             for change in changes_between(str(reference.release), str(world.release)):
                 lane = self.lane.undone(name, [change])
