@@ -231,15 +231,21 @@ def test_a_late_acknowledgement_keeps_a_load_back_listed(release_workers):
     assert listed[first:first + 3] == [True, True, False]
 
 
-@pytest.mark.parametrize(("release", "loads_refused"), [("0.5.15", 1), ("0.5.23", 0)])
-def test_a_backup_the_host_has_no_room_for_is_counted(release_workers, release, loads_refused):
+@pytest.mark.parametrize(("release", "mamba", "loads_refused"),
+                         [("0.5.15", False, 1), ("0.5.23", False, 0), ("0.5.16", True, 0)])
+def test_a_backup_the_host_has_no_room_for_is_counted(release_workers, release, mamba, loads_refused):
     """Write-back to a host of 49 slots: g's eviction needs a backup while a's load-back holds the
-    host, so the backup is refused (HiRadixCache's controller, and UnifiedRadixCache's own check for
-    host room from 0.5.18: counted either way); HiRadixCache also finds no device room for a
-    load-back once (UnifiedRadixCache evicts the device first)."""
+    host, so the backup is refused: counted on HiRadixCache's controller, and where
+    UnifiedRadixCache checks for host room itself and gives up before asking its controller (a Mamba
+    model's host tier in 0.5.16: its ``write_backup`` backs up no token; from 0.5.17
+    ``_execute_kv_backup`` returns None). HiRadixCache also finds no device room for a load-back
+    once (UnifiedRadixCache evicts the device first)."""
     from kvparity.model.classes import TRAFFIC_BACKUP_REFUSED, TRAFFIC_LOAD_BACK_REFUSED
 
-    run = _played(release_workers, release, write_back_load_back_scenario())
+    scenario = write_back_load_back_scenario()
+    if mamba:  # a Mamba model's server: page size 1, the fewest state slots its four rows run with
+        scenario = dataclasses.replace(scenario, config=dataclasses.replace(scenario.config, page_size=1, mamba_slots=12))
+    run = _played(release_workers, release, scenario)
     host = run.memory[-1].host
     assert host.backups_refused > 0 and host.loads_refused == loads_refused
     assert TRAFFIC_BACKUP_REFUSED in host_classes(run)
