@@ -21,11 +21,8 @@ from typing import Any
 import torch
 
 from kvparity.caches.host_pool import POOL as HOST_POOL
-from kvparity.caches.host_pool import STATE_POOL as STATE_HOST_POOL
 from kvparity.caches.host_pool import HostState
 from kvparity.caches.pool import PoolRecord, pools_from_plain, pools_to_plain
-from kvparity.caches.state_pool import POOL as STATES_POOL
-from kvparity.caches.state_pool import MambaState
 from kvparity.caches.window_pool import POOL as WINDOW_POOL
 from kvparity.caches.window_pool import WindowState
 from kvparity.engine.scheduler import Scheduler, StageRecord, dtype_name
@@ -83,26 +80,17 @@ class Snapshot:
     # none for full attention); the judges ask the registry of pools, not these names.
     pools: dict[str, PoolRecord] = dataclasses.field(default_factory=dict)
 
-    # The pools by name, typed, for what reads one pool's shapes (the traffic classes, the canary).
+    # Two pools by name, typed, for the readers above the kinds that ask for one (the window-OOM
+    # oracle, the drive's steering by storage faults); a kind's own readers ask its pool (``Pool.record``).
     @property
     def window(self) -> WindowState | None:
         """A sliding-window model's window pool (None: full attention)."""
         return WINDOW_POOL.record(self.pools)
 
     @property
-    def states(self) -> MambaState | None:
-        """A Mamba model's state pool (None: no Mamba layer)."""
-        return STATES_POOL.record(self.pools)
-
-    @property
     def host(self) -> HostState | None:
         """A host tier's pool (None: no host tier)."""
         return HOST_POOL.record(self.pools)
-
-    @property
-    def state_host(self) -> HostState | None:
-        """A Mamba model's host tier's state pool (its nodes' host states)."""
-        return STATE_HOST_POOL.record(self.pools)
 
     # Derived sets, computed once per snapshot: the oracles read each snapshot twice (as the
     # stage's "after", then as the next stage's "before") and several oracles need the same set.

@@ -9,6 +9,7 @@ import dataclasses
 import numpy as np
 import pytest
 
+from kvparity.caches.host_pool import STATE_POOL as STATE_HOST_POOL
 from kvparity.caches.host_pool import HostNode, HostState, host_nodes_consistent, host_slots_conserved
 from kvparity.caches.host_tier import host_classes as host_tier_classes
 from kvparity.caches.mamba_host_tier import state_load_backs
@@ -309,7 +310,7 @@ def test_a_mamba_models_state_is_loaded_back_from_the_host_with_its_kv(release_w
     assert hits["d"] == 40
     assert TRAFFIC_HOST_LOAD_BACK in host_classes(run)
     assert state_load_backs(run.decisions, run.memory) == {TRAFFIC_STATE_LOAD_BACK}
-    assert all(snap.state_host is not None for snap in run.memory)
+    assert all(STATE_HOST_POOL.record(snap.pools) is not None for snap in run.memory)
 
 
 def test_a_mamba_models_prefetch_gives_state_host_slots_back_through_its_release_queue(release_workers):
