@@ -84,7 +84,7 @@ def add(commands: argparse._SubParsersAction, parser_class: type) -> None:
                           "real release only)")
     sub.add_argument("--undo-changes", action="store_true", default=None,
                      help="play --sglang B with its own changes that kvparity names since --against A undone "
-                          "(kvparity/engine/real/changes.py: those that say how); parity then says the two releases "
+                          "(kvparity/engine/releases.py: those that say how); parity then says the two releases "
                           "differ by those changes alone (scheduler-driven, real against real)")
     sub.add_argument("--nemesis", action="store_true", default=None,
                      help="draw client aborts into the traffic scenarios (after a delay, or on a state of the "

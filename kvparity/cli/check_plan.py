@@ -168,7 +168,7 @@ def scheduler_spec(real: Any, caches: tuple[str, ...] | None = None, undo_change
 
 def undo_problem(real: Any) -> str | None:
     """Why ``--undo-changes`` cannot be played (a sentence), or None."""
-    from kvparity.engine.real.door import changes_between
+    from kvparity.engine.releases import changes_between
 
     if real is None or real.reference is None:
         return "--undo-changes undoes a release's named changes: it needs --sglang B --against A, both real"
@@ -176,7 +176,7 @@ def undo_problem(real: Any) -> str | None:
     if real.checked.origin == "path" or not any(c.release == checked and c.undo for c in changes_between(reference,
                                                                                                          checked)):
         return (f"--undo-changes: kvparity names no change of {checked} after {reference} that it can undo (see "
-                f"kvparity/engine/real/changes.py)")
+                f"kvparity/engine/releases.py)")
     return None
 
 

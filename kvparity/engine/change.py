@@ -1,5 +1,5 @@
-"""A named change between two SGLang releases, as a record (the table of them is
-``kvparity.engine.real.changes``): which release made it, its kind, what it did, its pull request,
+"""A named change between two SGLang releases, as a record (written in the row of the release that
+made it, ``kvparity.engine.releases``): which release made it, its kind, what it did, its pull request,
 and how to undo it in the release's source or in kvparity's model. Here, below the players, since a
 player undoes changes (``TrafficPlayer.undone``) whether it is real SGLang or kvparity's model.
 
@@ -9,14 +9,15 @@ nothing any token can see), "behaviour" (a value a request or the tree ends up w
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 RENUMBERING, BEHAVIOUR, ADMISSION = "renumbering", "behaviour", "admission"
 
 
 @dataclass(frozen=True)
 class Change:
-    release: str
+    # The release that made it: its row's version (``Release`` stamps it; written once, there).
+    release: str = field(default="", kw_only=True)
     kind: str
     what: str
     pull_request: str | None = None  # "#17850", or None where none was found

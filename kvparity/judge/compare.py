@@ -2,7 +2,10 @@
 the differences it allows are named in ``ALLOWED`` and nothing else is excused.
 
 A difference is either a divergence (a bug, in the refactor or in a backend) or a known legacy
-defect (SPEC 7's chunk-cache aliasing), which is reported as such and never hidden.
+defect (SPEC 7's chunk-cache aliasing), which is reported as such and never hidden. Between real
+releases, the known differences (``KNOWN_VERSION_DIFFERENCES``, each written in the row of the release
+that made it, ``kvparity.engine.releases``) are excused by name: each one a run meets is reported as
+a finding, never silently as parity (matched by ``_known_version_difference``).
 """
 
 from __future__ import annotations
@@ -13,6 +16,17 @@ from typing import Any
 
 import torch
 
+from kvparity.engine.release_order import version_key
+from kvparity.engine.releases import (
+    CHECKPOINT_SPLITS_AT_PROMPT,
+    FINISH_REPOINTS_ROW,
+    FINISH_SPLITS_AT_PROMPT,
+    INT64_STAGED_FREES,
+    KEEPS_RETRACTED_ROW_INDEX,
+    KNOWN_VERSION_DIFFERENCES,
+    PAGED_TAIL_FREED_LAST,
+    RELEASED_HAS_NO_PREFIX,
+)
 from kvparity.engine.snapshot import REQUEST_FIELDS, Snapshot
 from kvparity.model.worlds import WorldId
 
@@ -27,44 +41,8 @@ ALIAS_DEFECT = "legacy chunk-cache alias"
 # Two real releases that number rows or pages otherwise, one consistent map explaining every stage
 # (``kvparity.judge.renumber``): what the release matrix calls "renumbered", named in a check.
 RENUMBERED_BETWEEN_RELEASES = "rows or pages renumbered between releases"
-FINISH_SPLITS_AT_PROMPT = "0.5.20 splits the tree at the prompt boundary on finish"
-CHECKPOINT_SPLITS_AT_PROMPT = "0.5.22 checkpoint splits the tree at the prompt boundary"
-FINISH_REPOINTS_ROW = "0.5.22 repoints a finished row onto the tree's slots"
-RELEASED_HAS_NO_PREFIX = "0.5.22 has no prefix for a released request"
-INT64_STAGED_FREES = "0.5.22 stages freed slots as int64"
 # Topology-only tree differences, newest first: the first whose release lies between two worlds names it.
 TREE_SPLITS = (CHECKPOINT_SPLITS_AT_PROMPT, FINISH_SPLITS_AT_PROMPT)
-
-# Known differences between real SGLang releases (on top of ALLOWED): each one a run meets is
-# reported as a finding, never silently as parity. Key: name; value: (the release that changed
-# it, why). Matched by ``_known_version_difference``.
-KNOWN_VERSION_DIFFERENCES = {
-    "0.5.4 keeps req_pool_idx after retract": (
-        "0.5.4", "Req.reset_for_retract no longer clears req_pool_idx: a retracted request keeps the index of the "
-        "row it gave back (the row itself is free; the next prepare_for_extend sets a new one)"),
-    "0.5.3.post2 frees the paged tail last": (
-        "0.5.3.post2", "RadixCache.cache_finished_req frees the unaligned tail after the duplicate pages, not before: "
-        "the same pages are freed in another order, so the free list differs only in order (later slots are "
-        "renumbered, which only a comparison up to renumbering can follow)"),
-    FINISH_SPLITS_AT_PROMPT: (
-        "0.5.20", "cache_finished_req inserts the prompt again after the whole sequence, splitting the leaf at the "
-        "prompt boundary (so that eviction can drop the output's KV and keep the prompt's): the tree has more nodes, "
-        "with the same tokens, slots and locks per token"),
-    CHECKPOINT_SPLITS_AT_PROMPT: (
-        "0.5.22", "checkpoint (which replaced cache_unfinished_req) also inserts the prompt-only key, splitting a node "
-        "at the prompt boundary where 0.5.21 did so only at finish: the same tokens, slots and locks per token"),
-    FINISH_REPOINTS_ROW: (
-        "0.5.22", "release_kv_cache checkpoints a finished request, which rewrites its row's columns with the tree's "
-        "slots before the row is freed (0.5.21's insert_req left the duplicate slots there): only cells of rows free "
-        "on both sides differ, and this release's value is a slot the tree holds"),
-    INT64_STAGED_FREES: (
-        "0.5.22", "a finished request's slots are freed through the tree's int64 copy of its row (checkpoint), so the "
-        "freed slots waiting for the next merge are an int64 list where 0.5.21's int32 row slices made an int32 one: "
-        "the same slots in the same order"),
-    RELEASED_HAS_NO_PREFIX: (
-        "0.5.22", "Req.prefix_indices is gone: the prefix is prefix_len plus the row or the locked tree path, so a "
-        "request whose KV was released (finished) has no readable prefix; it is compared wherever both sides have one"),
-}
 
 
 @dataclass
@@ -123,7 +101,7 @@ def compare(ref_id: WorldId, ref: Snapshot, world: WorldId, got: Snapshot) -> li
         a, b = getattr(ref, attr), getattr(got, attr)
         if a.dtype != b.dtype or not torch.equal(a, b):
             same_set = a.dtype == b.dtype and sorted(a.tolist()) == sorted(b.tolist())
-            known = _known_version_difference(ref_id, world, "0.5.3.post2 frees the paged tail last") if same_set else None
+            known = _known_version_difference(ref_id, world, PAGED_TAIL_FREED_LAST) if same_set else None
             if a.dtype != b.dtype and a.tolist() == b.tolist():
                 known = _known_version_difference(ref_id, world, INT64_STAGED_FREES)
             add(f"allocator {attr}", f"{b.tolist()} ({b.dtype}) != {a.tolist()} ({a.dtype})", known_defect=known)
@@ -152,8 +130,6 @@ _compared = operator.attrgetter(*REQUEST_FIELDS)
 def _known_version_difference(ref_id: WorldId, world: WorldId, key: str) -> str | None:
     """``key`` when exactly one of the two worlds is a real release from the one that made the
     change on (so the difference is that release's intended change), else None."""
-    from kvparity.engine.release_order import version_key
-
     since = KNOWN_VERSION_DIFFERENCES[key][0]
     ref_release, release = ref_id.release, world.release
     if ref_release is None or release is None:
@@ -219,7 +195,7 @@ def _request_diffs(rid, r_view, g_view, world: WorldId, ref_id: WorldId, cross_v
             continue
         defect = None
         if attr == "req_pool_idx" and r_view.status == "waiting" and None in (a, b):
-            defect = _known_version_difference(ref_id, world, "0.5.4 keeps req_pool_idx after retract")
+            defect = _known_version_difference(ref_id, world, KEEPS_RETRACTED_ROW_INDEX)
         if attr == "prefix_values" and cross_version:
             legacy_view = r_view if ref_id.family == "legacy" else g_view
             if aliases_a_row_it_left(legacy_view):

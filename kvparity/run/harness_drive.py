@@ -144,7 +144,7 @@ class HarnessDrive:
         difference is the memory path's own."""
         if self.lane is None or not self.spec.real_reference or played.kind != "disagree":
             return None
-        from kvparity.engine.real.door import changes_between
+        from kvparity.engine.releases import changes_between
 
         reference = self.lane.ids[0]
         differing = {d.world for d in played.result.divergences}

@@ -6,7 +6,7 @@ scheduler drive), so a release in two pairs costs one play.
 
 A pair's row is its verdict (``kvparity.judge.verdict.to_json``, the one schema) with the pair's
 names, its label and the changes the release wheels show between its two releases
-(``kvparity.engine.real.changes``): "exact" (every scenario alike), "renumbered" (alike up to one
+(``kvparity.engine.releases``): "exact" (every scenario alike), "renumbered" (alike up to one
 consistent renumbering of rows and pages somewhere) or "divergent". Per release: what its own runs
 found (the scheduler drive's in-flight findings, split by harm, its canary reads, its memory
 oracles), which of those are defects (each named where SGLang is known to have it) and what playing
@@ -19,7 +19,7 @@ import statistics
 from collections.abc import Callable
 from typing import Any
 
-from kvparity.engine.real.door import changes_between
+from kvparity.engine.releases import changes_between
 from kvparity.judge.compare import RENUMBERED_BETWEEN_RELEASES
 from kvparity.run.events import QuietEvents
 from kvparity.run.plan import FINDING_BUDGET_S, SweepPlan

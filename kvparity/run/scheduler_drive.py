@@ -11,7 +11,7 @@ differing ones counted.
 A difference's cause is named only where it is shown (``explain``): a difference of memory is the
 first thing reported, before any decision it leads to; a decision difference with the same memory
 before it is "a different rule", and a named change between the two releases
-(``kvparity.engine.real.changes``) is its cause when undoing that one change in the checked player
+(``kvparity.engine.releases``) is its cause when undoing that one change in the checked player
 makes the replay decide as the reference.
 """
 
@@ -25,7 +25,8 @@ from typing import Any
 
 from kvparity import caches
 from kvparity.engine.change import Change
-from kvparity.engine.real.door import KnownDefect, RealTrafficPlayer, changes_between, known_defect
+from kvparity.engine.real.door import KnownDefect, RealTrafficPlayer, known_defect
+from kvparity.engine.releases import changes_between
 from kvparity.engine.traffic_players import ModelTrafficPlayer, TrafficPlayer
 from kvparity.engine.traffic_run import TrafficRun
 from kvparity.judge.admission import TrafficJudgement, judge_traffic, traffic_problems
@@ -103,7 +104,7 @@ class SchedulerSpec:
     loops: tuple[str, ...] = LOOPS
     caches: tuple[str, ...] = ("full",)  # the cache kinds served (``kvparity.caches``): those both players serve are drawn
     # Play the checked release with its own named changes undone (those that say how,
-    # ``kvparity.engine.real.changes``): parity then says the two differ by those changes alone.
+    # ``kvparity.engine.releases``): parity then says the two differ by those changes alone.
     undo_changes: bool = False
     # The nemesis (issue 48): client aborts drawn into the scenarios, where both players take them.
     # Asked for by name for now: on by default it would change every real pair's drawn scenarios.

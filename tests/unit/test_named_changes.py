@@ -1,11 +1,11 @@
-"""A difference between two releases traced to a named change (``kvparity.engine.real.changes``):
+"""A difference between two releases traced to a named change (``kvparity.engine.releases``):
 undone in a copy of the release that made it, the replay no longer differs. 0.5.23 stops a prefill
 pass before matching the next waiting request once the pass's budget is spent, so the node split
 that request's match made in 0.5.22 is not made: the same slots, one node fewer."""
 
 from __future__ import annotations
 
-from kvparity.engine.real.changes import CHANGES, changes_between
+from kvparity.engine.releases import CHANGES, changes_between
 from kvparity.model.traffic import Arrival, ServerConfig, TrafficScenario
 
 STOP_BEFORE_MATCH = next(c for c in CHANGES if c.release == "0.5.23" and "budget is spent" in c.what)

@@ -1,5 +1,5 @@
 """SGLang's own scheduler loops on one release per scheduler generation
-(``kvparity.engine.real.shell_adapters.SCHEDULER_GENERATIONS``), normal and overlap: a hand-made
+(``kvparity.engine.releases.SCHEDULER_GENERATIONS``), normal and overlap: a hand-made
 scenario with a radix hit and chunked prefill is admitted the same way by every generation, every
 request gets the KV canary forward's tokens, and the in-flight oracle reports a planted fault
 (``rewrite_inflight_cell``) with its iterations, row and column, and nothing else.
@@ -10,8 +10,9 @@ from __future__ import annotations
 import pytest
 
 from kvparity.engine.real.adapter import VOCAB_SIZE
-from kvparity.engine.real.shell_adapters import SCHEDULER_GENERATIONS, adapter_for
+from kvparity.engine.real.shell_adapters import adapter_for
 from kvparity.engine.real.versions import SUPPORTED
+from kvparity.engine.releases import SCHEDULER_GENERATIONS
 from kvparity.engine.traffic_run import TrafficRun
 from kvparity.model.canary import chain, token_from
 from kvparity.model.traffic import Arrival, ServerConfig, TrafficScenario

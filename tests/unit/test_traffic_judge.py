@@ -177,7 +177,7 @@ def test_a_difference_left_after_undo_changes_is_not_traced_to_a_change_already_
     stopped a check of 0.5.18 against 0.5.17 with exit 2)."""
     from types import SimpleNamespace
 
-    from kvparity.engine.real.changes import changes_between
+    from kvparity.engine.releases import changes_between
     from kvparity.judge.verdict import Played
     from kvparity.run.scheduler_drive import PlayerSpec, SchedulerDrive, SchedulerSpec
 

@@ -45,7 +45,8 @@ from kvparity.engine.real.names import lookup as _lookup
 from kvparity.engine.real.names import optional as _optional
 from kvparity.engine.real.pool_readers import pool_records, state_allocator
 from kvparity.engine.real.unified_tree import host_nodes, state_host_nodes, unified_tree_nodes
-from kvparity.engine.real.versions import UNIFIED_RADIX_CACHE, VersionEntry
+from kvparity.engine.real.versions import VersionEntry
+from kvparity.engine.releases import UNIFIED_RADIX_CACHE
 from kvparity.engine.snapshot import (
     _alias_row,  # one rule for which row a view prefix points into
     full_allocator,

@@ -4,7 +4,7 @@ kind and what its line says). A release's own run that meets one still fails the
 is a failure, whether or not the reference shares it); the report names it as known instead of
 leaving it to be traced again.
 
-Beside ``kvparity.engine.real.changes`` (what changed between releases, on purpose or not): a
+Beside ``kvparity.engine.releases`` (what changed between releases, on purpose or not): a
 defect here is one a release's own run shows by itself, against itself.
 """
 

@@ -20,7 +20,6 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # the names as type checkers see them
     from kvparity.engine.real import WORKER_PLUGINS
-    from kvparity.engine.real.changes import changes_between
     from kvparity.engine.real.defects import KnownDefect, known_defect
     from kvparity.engine.real.install import SGLangSource, cache_root, copy_with_edits, resolve
     from kvparity.engine.real.lane import RealLane
@@ -32,7 +31,6 @@ if TYPE_CHECKING:  # the names as type checkers see them
 # Each name, and the module of this layer that holds it.
 _WHERE = {
     "WORKER_PLUGINS": "kvparity.engine.real",
-    "changes_between": "kvparity.engine.real.changes",
     "KnownDefect": "kvparity.engine.real.defects",
     "known_defect": "kvparity.engine.real.defects",
     "SGLangSource": "kvparity.engine.real.install",
@@ -46,7 +44,7 @@ _WHERE = {
     "Zygotes": "kvparity.engine.real.zygote",
 }
 __all__ = ["LOADED_ENV", "SUPPORTED", "WORKER_PLUGINS", "KnownDefect", "RealLane", "RealTrafficPlayer",
-           "SGLangSource", "Zygotes", "cache_root", "changes_between", "copy_with_edits", "known_defect", "resolve"]
+           "SGLangSource", "Zygotes", "cache_root", "copy_with_edits", "known_defect", "resolve"]
 
 
 def __getattr__(name: str) -> Any:

@@ -9,11 +9,11 @@ hooks (this generation's names for receiving a pass's requests and streaming out
 idle sleeper, logging and the profiler), the forward's result type, the overlap loop's client, how
 the loop is entered, and how a batch record and a request are read.
 
-Six scheduler generations (``SCHEDULER_GENERATIONS``: where the scheduler's structure changed), and
-within them one adapter class per release that changed what the loop reads, each a subclass of the
-one before it that says, in its docstring, only what changed. ``adapter_for(entry)`` chooses by the
-release (``ADAPTERS``: the first release each adapter drives, in release order); nothing else
-branches on versions.
+Six scheduler generations (``kvparity.engine.releases.SCHEDULER_GENERATIONS``: where the scheduler's
+structure changed), and within them one adapter class per release that changed what the loop reads,
+each a subclass of the one before it that says, in its docstring, only what changed, registered by
+name (``SHELLS``). The release registry's rows name the adapter that first drives each release and
+the generation it begins; ``adapter_for(entry)`` asks it. Nothing else branches on versions.
 
 Collaborators the shell leaves out are small and raise on use: module stand-ins (``StandIn``), and
 here ``Unused`` (an IPC socket, a communicator), ``GroupOfOne`` (a process group of this process:
@@ -40,7 +40,8 @@ from kvparity.engine.real import RealSGLangError
 from kvparity.engine.real.adapter import ModelConfigStandIn, build_real_world, make_server_args
 from kvparity.engine.real.host_tier import HostTier
 from kvparity.engine.real.standins import StandIn
-from kvparity.engine.real.versions import VersionEntry, version_key
+from kvparity.engine.real.versions import VersionEntry
+from kvparity.engine.releases import shell_of
 from kvparity.engine.snapshot import full_allocator
 
 
@@ -365,7 +366,17 @@ class _FakeOverlapClient:
 
 # --------------------------------------------------------------------------- the generations
 
+# The adapters by name, as the release registry's rows name them (``Release.shell``).
+SHELLS: dict[str, Callable[[str, str], ShellAdapter]] = {}
 
+
+def registered(cls: type) -> type:
+    """Register an adapter class under its name."""
+    SHELLS[cls.__name__] = cls
+    return cls
+
+
+@registered
 class Shell053:
     """0.5.3: ``Scheduler.__init__`` in one piece (53 attributes read by the loop, set here), only
     ``init_metrics`` split out; the overlap loop talks to a TP worker thread
@@ -373,8 +384,9 @@ class Shell053:
     ``ForwardBatchOutput``, which ``run_batch`` wraps; the globals are schedule_batch's
     ``global_server_args_dict`` (``max_micro_batch_size``)."""
 
-    name = "0.5.3"
-    generation = "thread-overlap"
+    def __init__(self, name: str, generation: str) -> None:
+        # The first release it drives and its scheduler generation, as the release registry says.
+        self.name, self.generation = name, generation
 
     def standins(self) -> dict[str, StandIn]:
         return {"sglang.srt.managers.tp_worker_overlap_thread": StandIn(
@@ -534,13 +546,11 @@ def _window_attributes(world: Any) -> dict[str, Any]:
                 swa_tokens_per_layer=None if window is None else window.slots)
 
 
+@registered
 class Shell053Post1(Shell053):
     """0.5.3.post1: the overlap lives in the scheduler (SGLang's own ``init_overlap``: FutureMap,
     CPU streams, the batch record buffer) and calls the plain worker; the forward returns a
     ``GenerationBatchResult``; the global ``max_micro_batch_size`` became ``pp_max_micro_batch_size``."""
-
-    name = "0.5.3.post1"
-    generation = "monolithic"
 
     def standins(self) -> dict[str, StandIn]:
         return {}
@@ -564,12 +574,11 @@ class Shell053Post1(Shell053):
         return True
 
 
+@registered
 class Shell053Post2(Shell053Post1):
     """0.5.3.post2: the globals are a ServerArgs (``get_global_server_args()``, set by the world),
     so the micro-batch size is a field of it; ``speculative.eagle_info`` imports the model runner,
     whose LoRA chain decorates Triton kernels with a helper that needs compiled JITFunctions."""
-
-    name = "0.5.3.post2"
 
     def standins(self) -> dict[str, StandIn]:
         return {"sglang.srt.lora.triton_ops": StandIn(
@@ -595,11 +604,10 @@ class Shell053Post2(Shell053Post1):
                     new_token_ratio_decay=(init - floor) / envs.SGLANG_NEW_TOKEN_RATIO_DECAY_STEPS.get())
 
 
+@registered
 class Shell054Post2(Shell053Post2):
     """0.5.4.post2: the scheduler's mixins import PD-multiplexing (``multiplex/pdmux_context.py``),
     which imports ``yaml`` for its config file (multiplexing is off here)."""
-
-    name = "0.5.4.post2"
 
     def standins(self) -> dict[str, StandIn]:
         return dict(super().standins(), yaml=StandIn(
@@ -610,44 +618,39 @@ class Shell054Post2(Shell053Post2):
         return dict(super().attributes(shell, mod, world, knobs, sa), enable_pdmux=False)
 
 
+@registered
 class Shell055Post1(Shell054Post2):
     """0.5.5.post1: the loop reads ``require_mlp_sync`` (DP attention's MLP sync; off)."""
-
-    name = "0.5.5.post1"
 
     def attributes(self, shell: Any, mod: Any, world: Any, knobs: Knobs, sa: Any) -> dict[str, Any]:
         return dict(super().attributes(shell, mod, world, knobs, sa), require_mlp_sync=False)
 
 
+@registered
 class Shell056(Shell055Post1):
     """0.5.6: the loops read ``_engine_paused`` (pause/continue generation; never paused here);
     ``init_overlap`` sizes the FutureMap from ``model_config.context_len``; diffusion LLMs
     (``dllm_config``, None without one); ``is_hybrid`` became ``is_hybrid_swa``."""
-
-    name = "0.5.6"
 
     def attributes(self, shell: Any, mod: Any, world: Any, knobs: Knobs, sa: Any) -> dict[str, Any]:
         return dict(super().attributes(shell, mod, world, knobs, sa), _engine_paused=False, dllm_config=None,
                     is_hybrid_swa=world.window is not None)
 
 
+@registered
 class Shell056Post1(Shell056):
     """0.5.6.post1: the leak check reads ``is_ssm_model`` (state-space models' pools: a Mamba model's)."""
-
-    name = "0.5.6.post1"
 
     def attributes(self, shell: Any, mod: Any, world: Any, knobs: Knobs, sa: Any) -> dict[str, Any]:
         return dict(super().attributes(shell, mod, world, knobs, sa), is_ssm_model=world.mamba is not None)
 
 
+@registered
 class Shell057(Shell056Post1):
     """0.5.7: ``__init__`` split into SGLang's own small initialisers, called here:
     ``init_running_status`` (queues, batches, counters), ``init_chunked_prefill``,
     ``init_schedule_policy`` (the policy, preemption, the new-token ratios), ``init_metrics`` and
     ``init_overlap`` (streams, and the FutureMap when on)."""
-
-    name = "0.5.7"
-    generation = "split-init"
 
     def attributes(self, shell: Any, mod: Any, world: Any, knobs: Knobs, sa: Any) -> dict[str, Any]:
         return dict(super().attributes(shell, mod, world, knobs, sa), schedule_policy=sa.schedule_policy,
@@ -668,11 +671,10 @@ class Shell057(Shell056Post1):
         shell.init_overlap()
 
 
+@registered
 class Shell058(Shell057):
     """0.5.8: grammars moved into a ``GrammarManager`` (``grammar_manager``; none queued here);
     SGLang's own ``init_diffusion_llm`` (the diffusion-LLM staging, empty without a dLLM config)."""
-
-    name = "0.5.8"
 
     def attributes(self, shell: Any, mod: Any, world: Any, knobs: Knobs, sa: Any) -> dict[str, Any]:
         return dict(super().attributes(shell, mod, world, knobs, sa), grammar_manager=_NoGrammars())
@@ -682,23 +684,21 @@ class Shell058(Shell057):
         shell.init_diffusion_llm()
 
 
+@registered
 class Shell059(Shell058):
     """0.5.9: the forward stream is the model runner's (``tp_worker.get_worker_info()``), set
     before ``init_overlap``: a CPU stream here."""
-
-    name = "0.5.9"
 
     def attributes(self, shell: Any, mod: Any, world: Any, knobs: Knobs, sa: Any) -> dict[str, Any]:
         return dict(super().attributes(shell, mod, world, knobs, sa), forward_stream=torch.cpu.Stream())
 
 
+@registered
 class Shell0510(Shell059):
     """0.5.10: ``init_chunked_prefill`` asks the model config for its resolved implementation
     (chunked prefill is off for a multimodal model on the Transformers backend): a native one; the
     loop reads ``enable_hisparse`` (off), ``disable_radix_cache`` and ``use_ngram_embedding`` (no);
     the loop is entered through ``run_event_loop``, which makes the schedule stream first."""
-
-    name = "0.5.10"
 
     def model_config(self, world: Any, knobs: Knobs, **fields: Any) -> Any:
         impl = _module("sglang.srt.configs.model_config").ModelImpl.SGLANG
@@ -716,12 +716,11 @@ class Shell0510(Shell059):
         shell.run_event_loop()
 
 
+@registered
 class Shell0511(Shell0510):
     """0.5.11: the output processor reads the model config's ``think_end_id`` (None: no reasoning
     parser); the idle hook is ``on_idle``, which does its checks and the ratio reset only when
     ``is_fully_idle`` (reads ``enable_overlap_mlx``: off)."""
-
-    name = "0.5.11"
 
     def model_config(self, world: Any, knobs: Knobs, **fields: Any) -> Any:
         return super().model_config(world, knobs, think_end_id=None, **fields)
@@ -730,6 +729,7 @@ class Shell0511(Shell0510):
         return dict(super().attributes(shell, mod, world, knobs, sa), enable_overlap_mlx=False)
 
 
+@registered
 class Shell0513(Shell0511):
     """0.5.13: the scheduler is split into components (``scheduler_components``), built by
     SGLang's own initialisers (metrics reporter, profiler, weight updater, DP-attention adapter,
@@ -738,9 +738,6 @@ class Shell0513(Shell0511):
     and IPC channels are ``Unused``; ``ps`` is a one-process ``ParallelState``; the FutureMap is
     always on (it relays the input ids in both loops); requests carry ``array("q")`` input ids;
     ``uvicorn`` is on the import chain; the new-token ratio lives in a ``NewTokenRatioTracker``."""
-
-    name = "0.5.13"
-    generation = "components"
 
     def new_token_ratio(self, shell: Any) -> float:
         return float(shell.new_token_ratio_tracker.current)
@@ -807,21 +804,19 @@ class Shell0513(Shell0511):
                 "init_batch_result_processor"]
 
 
+@registered
 class Shell0514(Shell0513):
     """0.5.14: the loops read ``gracefully_exit`` (a shutdown request breaks them; never here)."""
-
-    name = "0.5.14"
 
     def attributes(self, shell: Any, mod: Any, world: Any, knobs: Knobs, sa: Any) -> dict[str, Any]:
         return dict(super().attributes(shell, mod, world, knobs, sa), gracefully_exit=False)
 
 
+@registered
 class Shell0515(Shell0514):
     """0.5.15: admission may wait for free running slots (``min_free_slots_delayer``, built as the
     TP-worker init builds it: SGLang's own ``resolve_min_free_slots``; off by default); the
     prefill reads the model runner's ``prefill_aware_swa`` (no sliding window)."""
-
-    name = "0.5.15"
 
     def attributes(self, shell: Any, mod: Any, world: Any, knobs: Knobs, sa: Any) -> dict[str, Any]:
         slots = mod.resolve_min_free_slots(sa.min_free_slots_delay, knobs.max_running_requests)  # not DFlash
@@ -842,15 +837,13 @@ def _no_ngram_embedding() -> Any:
     return cls(**{f.name: off[f.name] for f in dataclasses.fields(cls) if f.name in off})
 
 
+@registered
 class Shell0516(Shell0515):
     """0.5.16: ``get_next_batch_to_run(running_batch=, last_batch=)`` returns a ``NextBatchPlan``
     (the batch to run and the running batch, which the loop stores); the metrics collector and
     reporter have initialisers of their own; the request length limit is ``max_new_tokens_limit``
     (SGLang's environment default); the batch goes through the model runner's n-gram embedding
     manager (disabled)."""
-
-    name = "0.5.16"
-    generation = "batch-plan"
 
     def attributes(self, shell: Any, mod: Any, world: Any, knobs: Knobs, sa: Any) -> dict[str, Any]:
         envs = _module("sglang.srt.environ").envs
@@ -867,10 +860,9 @@ class Shell0516(Shell0515):
         return planned.batch_to_run
 
 
+@registered
 class Shell0517(Shell0516):
     """0.5.17: the end-of-thinking marker became a token sequence, ``think_end_ids`` (None)."""
-
-    name = "0.5.17"
 
     def model_config(self, world: Any, knobs: Knobs, **fields: Any) -> Any:
         return super().model_config(world, knobs, think_end_ids=None, **fields)
@@ -883,6 +875,7 @@ def _record_fields(server_args: Any) -> list[str]:
     return list(type(server_args).__struct_fields__)
 
 
+@registered
 class Shell0519(Shell0517):
     """0.5.19: the server arguments are resolved once, when published, into config bags the
     scheduler reads (``get_schedule()``, ...); the record is read-only afterwards. So the run's
@@ -890,8 +883,6 @@ class Shell0519(Shell0517):
     publishes, as a server started with them would. The world's tree is a UnifiedRadixCache on the
     release's default core; a request's row is ``req.kv.req_pool_idx``; result processing publishes
     load statistics (SGLang's own ``init_load_publisher``)."""
-
-    name = "0.5.19"
 
     def server_args(self, world: Any, knobs: Knobs) -> Any:
         old = world.server_args
@@ -909,14 +900,13 @@ class Shell0519(Shell0517):
         return names[:names.index("init_load_inquirer")] + ["init_load_publisher"] + names[names.index("init_load_inquirer"):]
 
 
+@registered
 class Shell0520(Shell0519):
     """0.5.20: a pass starts with ``ingest_requests`` (SGLang's own: timeout aborts, then the
     receiver, then ``process_input_requests``); the stage metrics live on the metrics reporter and
     the scheduler keeps a reference; a dynamic chunk sizer may follow ``init_chunked_prefill``; the
     schedule stream is made with the model worker; new flags (session radix cache, external cache
     linker: off) and the HRRN policy's processed-token counter."""
-
-    name = "0.5.20"
 
     def initialisers(self, shell: Any) -> None:
         shell.init_running_status()
@@ -938,14 +928,13 @@ class Shell0520(Shell0519):
                     enable_session_radix_cache=False, enable_unified_cache_external_linker=False)
 
 
+@registered
 class Shell0521(Shell0520):
     """0.5.21: the parallel ranks live in SGLang's runtime context (``get_parallel()``), no
     ``ParallelState`` any more: the shell publishes the run's server arguments with the launcher's
     rank bundle of a single process (``SpawnRanks``: world rank 0, no DP, no device); the metrics
     initialisers take no ranks; the world's tree core is Rust (the release's default); admission
     asks ``enable_lmcache`` (off)."""
-
-    name = "0.5.21"
 
     def server_args(self, world: Any, knobs: Knobs) -> Any:
         sa = super().server_args(world, knobs)
@@ -965,14 +954,13 @@ class Shell0521(Shell0520):
         shell.scheduler_stage_metrics = shell.metrics_reporter.scheduler_stage_metrics
 
 
+@registered
 class Shell0522(Shell0521):
     """0.5.22: the "prefix_len" state model (``build_real_world`` builds it: UnifiedRadixCache on
     the Rust core, no ChunkCache); the process groups live in the runtime context too: the shell
     states one-process groups there (``get_parallel().override_permanently``); ``attn_dp_enabled``
     (no DP attention)."""
 
-    name = "0.5.22"
-    generation = "prefix-len"
 
     GROUPS = ("world_group", "tp_group", "pp_group", "moe_ep_group", "moe_dp_group", "moe_tp_group", "attn_tp_group",
               "attn_cp_group")
@@ -987,11 +975,10 @@ class Shell0522(Shell0521):
         return dict(super().attributes(shell, mod, world, knobs, sa), attn_dp_enabled=False)
 
 
+@registered
 class Shell0523(Shell0522):
     """0.5.23: the output processor reads the reasoning parser's self-opened start-of-thinking ids
     (``self_opened_think_start_ids``, None without a parser)."""
-
-    name = "0.5.23"
 
     def model_config(self, world: Any, knobs: Knobs, **fields: Any) -> Any:
         return super().model_config(world, knobs, self_opened_think_start_ids=None, **fields)
@@ -999,48 +986,9 @@ class Shell0523(Shell0522):
 
 # --------------------------------------------------------------------------- choosing one
 
-# The scheduler's generations: where its structure changed (an adapter within one only adds or
-# renames what the loop reads). Name -> (first release, what changed).
-SCHEDULER_GENERATIONS: dict[str, tuple[str, str]] = {
-    "thread-overlap": ("0.5.3", "one __init__; the overlap loop talks to a TP worker thread"),
-    "monolithic": ("0.5.3.post1", "one __init__; the scheduler's own FutureMap for the overlap"),
-    "split-init": ("0.5.7", "__init__ split into SGLang's own small initialisers"),
-    "components": ("0.5.13", "scheduler components (receiver, streamer, result processor, checker, ...)"),
-    "batch-plan": ("0.5.16", "get_next_batch_to_run returns a NextBatchPlan; runtime-context config from 0.5.19"),
-    "prefix-len": ("0.5.22", "the prefix_len state model"),
-}
-
-# The first release each adapter drives, in release order, and the adapter.
-ADAPTERS: tuple[tuple[str, Callable[[], ShellAdapter]], ...] = (
-    ("0.5.3", Shell053),
-    ("0.5.3.post1", Shell053Post1),
-    ("0.5.3.post2", Shell053Post2),
-    ("0.5.4.post2", Shell054Post2),
-    ("0.5.5.post1", Shell055Post1),
-    ("0.5.6", Shell056),
-    ("0.5.6.post1", Shell056Post1),
-    ("0.5.7", Shell057),
-    ("0.5.8", Shell058),
-    ("0.5.9", Shell059),
-    ("0.5.10", Shell0510),
-    ("0.5.11", Shell0511),
-    ("0.5.13", Shell0513),
-    ("0.5.14", Shell0514),
-    ("0.5.15", Shell0515),
-    ("0.5.16", Shell0516),
-    ("0.5.17", Shell0517),
-    ("0.5.19", Shell0519),
-    ("0.5.20", Shell0520),
-    ("0.5.21", Shell0521),
-    ("0.5.22", Shell0522),
-    ("0.5.23", Shell0523),
-)
-
 
 def adapter_for(entry: VersionEntry) -> ShellAdapter:
-    """The newest adapter whose first release is at or before ``entry``'s release."""
-    key = version_key(entry.version)
-    chosen = [make for first, make in ADAPTERS if version_key(first) <= key]
-    if not chosen:
-        raise RealSGLangError(f"the scheduler shell has no adapter for SGLang {entry.version} (the first is 0.5.3)")
-    return chosen[-1]()
+    """The adapter the release registry names for ``entry``'s release (``kvparity.engine.releases``:
+    the newest row at or before it that names one)."""
+    name, first, generation = shell_of(entry.version)
+    return SHELLS[name](first, generation)

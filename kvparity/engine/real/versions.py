@@ -1,5 +1,6 @@
 """The version adapter table: what differs, on the KV-index path, between the SGLang releases
-kvparity drives for real. One frozen ``VersionEntry`` per supported version.
+kvparity drives for real. One frozen ``VersionEntry`` per supported version, read from the release
+registry's rows (``kvparity.engine.releases``: each row says which fields changed).
 
 Every entry was written from the release's own source (``pip download --no-deps sglang==V``) and is
 checked against the imported code when a worker starts (``adapter.verify_entry``), so a wrong
@@ -15,41 +16,8 @@ from packaging.version import Version
 
 from kvparity.engine.real import RealSGLangError
 from kvparity.engine.release_order import parse_version, version_key
+from kvparity.engine.releases import INIT_NEW, OOM_SCHEDULE_BATCH, RELEASE_REQ, RELEASES, Release
 from kvparity.model.traffic import HostOffer
-
-# Qualified names ("module:attribute" or "module:Class.method") of where things live.
-_SB = "sglang.srt.managers.schedule_batch"
-_COMMON = "sglang.srt.mem_cache.common"
-_ALLOCATION = "sglang.srt.mem_cache.allocation"  # the allocation half of common.py, from 0.5.16
-_SERVER_ARGS = "sglang.srt.server_args"
-_SWA_POOL = "sglang.srt.mem_cache.swa_memory_pool"  # the sliding-window pool and allocator, 0.5.8 ..
-UNIFIED_RADIX_CACHE = "sglang.srt.mem_cache.unified_radix_cache:UnifiedRadixCache"  # from 0.5.11
-
-# ``ScheduleBatch.init_new`` and ``ScheduleBatch.release_req``: the same in 0.5.3 .. 0.5.4.
-# ("remaing" is SGLang's spelling.)
-_INIT_NEW = (
-    "reqs", "req_to_token_pool", "token_to_kv_pool_allocator", "tree_cache", "model_config",
-    "enable_overlap", "spec_algorithm", "chunked_req",
-)
-_RELEASE_REQ = ("idx", "remaing_req_count", "server_args")
-
-# SGLang's out-of-memory RuntimeError messages start with these (kvparity classifies failures by
-# them). Keys: "rows" (alloc_req_slots), "extend_1" (page size 1 extend), "extend_paged",
-# "decode_1", "decode_paged".
-_OOM_SCHEDULE_BATCH = {
-    "rows": "alloc_req_slots runs out of memory.",
-    "extend_1": "Prefill out of memory.",  # f"{phase_str} out of memory." with phase "Prefill"
-    "extend_paged": "Prefill out of memory.",
-    "decode_1": "Decode out of memory.",
-    "decode_paged": "Decode out of memory.",
-}
-_OOM_COMMON = {
-    "rows": "alloc_req_slots runs out of memory.",
-    "extend_1": "Out of memory.",  # mem_cache/common.py alloc_token_slots: no phase word any more
-    "extend_paged": "Prefill out of memory.",
-    "decode_1": "Out of memory.",
-    "decode_paged": "Decode out of memory.",
-}
 
 
 @dataclass(frozen=True)
@@ -72,8 +40,8 @@ class VersionEntry:
     #           call ``get_global_server_args()``.
     globals_style: str
     globals_target: str
-    init_new_params: tuple[str, ...] = _INIT_NEW
-    release_req_params: tuple[str, ...] = _RELEASE_REQ
+    init_new_params: tuple[str, ...] = INIT_NEW
+    release_req_params: tuple[str, ...] = RELEASE_REQ
     # What ScheduleBatch.release_req does with a radix-cache request:
     #   "free_row_columns": frees row columns [floor(len(prefix)/ps)*ps, seq_len), frees the row,
     #                       dec_lock_ref, evicts remaining*retract_decode_steps;
@@ -102,7 +70,7 @@ class VersionEntry:
     # Req.reset_for_retract sets req_pool_idx = None (0.5.4 no longer does: a retracted request
     # keeps the index of the row it gave back until its next prepare_for_extend).
     retract_clears_req_pool_idx: bool = True
-    oom_messages: dict[str, str] = field(default_factory=lambda: dict(_OOM_SCHEDULE_BATCH))
+    oom_messages: dict[str, str] = field(default_factory=lambda: dict(OOM_SCHEDULE_BATCH))
     # The Req field holding the matched prefix length the cache protects (renamed in 0.5.6).
     protected_len_field: str = "last_matched_prefix_len"
     # How the PrefillAdder sets a request's fill boundary: "assign" (fill_ids and extend_input_len
@@ -211,105 +179,14 @@ class VersionEntry:
         return None
 
 
-def _chain(first: VersionEntry, *changes: tuple[str, dict[str, object]]) -> list[VersionEntry]:
-    """Each release after ``first`` as the release before it plus what changed on this path (the
-    changes are the table's documentation: one release, one dict of fields)."""
-    entries = [first]
-    for version, fields in changes:
-        entries.append(dataclasses.replace(entries[-1], version=version, **fields))  # type: ignore[arg-type]
+def _chain(rows: tuple[Release, ...]) -> list[VersionEntry]:
+    """Each release's entry: the first row's fields, then each release as the release before it plus
+    what its row says changed on this path."""
+    entries = [VersionEntry(version=rows[0].version, **rows[0].entry)]  # type: ignore[arg-type]
+    for row in rows[1:]:
+        entries.append(dataclasses.replace(entries[-1], version=row.version, **row.entry))  # type: ignore[arg-type]
     return entries
 
-
-_FIRST = VersionEntry(
-    version="0.5.3",
-    family="legacy",
-    write_cache_indices=None,
-    get_last_loc=f"{_SB}:get_last_loc",
-    alloc_extend_caller=f"{_SB}:ScheduleBatch.alloc_paged_token_slots_extend",
-    globals_style="dict",
-    globals_target=f"{_SB}:global_server_args_dict",
-    prefix_default="list",
-    chunk_prefix="int32 view",
-    prefill_only_spec_check="dict is None",
-    host_tier="hiradix", host_pool_larger=True, host_pool_imports_kvcacheio=True, host_controller_cuda_streams=True,
-)
-
-# Release -> the fields that differ from the release before it.
-CHANGES: tuple[tuple[str, dict[str, object]], ...] = (
-    ("0.5.3.post1", dict(
-        family="refactored", write_cache_indices=f"{_SB}:ScheduleBatch.write_cache_indices",
-        prefix_default="int64", chunk_prefix="int64 copy", prefill_only_spec_check="dict None or NONE",
-    )),
-    ("0.5.3.post2", dict(
-        write_cache_indices=f"{_COMMON}:write_cache_indices", get_last_loc=f"{_COMMON}:get_last_loc",
-        alloc_extend_caller=f"{_COMMON}:alloc_paged_token_slots_extend", globals_style="server_args",
-        globals_target=f"{_SERVER_ARGS}:set_global_server_args_for_scheduler",
-        release_req_kind="cache_finished_req_no_insert",
-        retract_decode_steps="sglang.srt.environ:envs.SGLANG_RETRACT_DECODE_STEPS",
-        finished_tail_free="last", oom_messages=dict(_OOM_COMMON), prefill_only_spec_check="server_args is None",
-        mamba_tree="sglang.srt.mem_cache.mamba_radix_cache:MambaRadixCache",
-    )),
-    ("0.5.3.post3", dict()),
-    ("0.5.4", dict(retract_clears_req_pool_idx=False, test_retract_interval=True)),
-    ("0.5.4.post1", dict()),
-    ("0.5.4.post2", dict()),
-    ("0.5.4.post3", dict()),
-    ("0.5.5", dict()),
-    ("0.5.5.post1", dict(finish_via=f"{_COMMON}:release_kv_cache")),
-    ("0.5.5.post2", dict()),
-    ("0.5.5.post3", dict(host_controller_cuda_streams=False)),
-    ("0.5.6", dict(
-        init_new_params=_INIT_NEW + ("dllm_config",),
-        cache_init_params="sglang.srt.mem_cache.cache_init_params:CacheInitParams",
-        protected_len_field="cache_protected_len",
-    )),
-    ("0.5.6.post1", dict()),
-    ("0.5.6.post2", dict()),
-    ("0.5.7", dict()),
-    ("0.5.8", dict(
-        init_new_params=_INIT_NEW + ("dllm_staging_reqs", "dllm_config"),
-        swa_allocator=f"{_SWA_POOL}:SWATokenToKVPoolAllocator", swa_kv_pool=f"{_SWA_POOL}:SWAKVPool",
-        paged_swa=True,
-    )),
-    ("0.5.8.post1", dict()),
-    ("0.5.9", dict(
-        init_new_params=_INIT_NEW + ("dllm_config",), admission="setter", stash_frees_row=False,
-        evict_params="sglang.srt.mem_cache.base_prefix_cache:EvictParams",
-    )),
-    ("0.5.10", dict(mamba_refusal_frees=True)),
-    ("0.5.10.post1", dict()),
-    ("0.5.11", dict(component_types="sglang.srt.mem_cache.unified_cache_components:ComponentType")),
-    ("0.5.12", dict()),
-    ("0.5.12.post1", dict()),
-    ("0.5.13", dict(
-        input_ids_type="array", admission="fill_len", host_pool_imports_kvcacheio=False,
-        swa_allocator="sglang.srt.mem_cache.allocator.swa:SWATokenToKVPoolAllocator",
-    )),
-    ("0.5.13.post1", dict()),
-    ("0.5.14", dict()),
-    ("0.5.15", dict(admission="extend_range", host_pool_larger=False)),
-    ("0.5.15.post1", dict()),
-    ("0.5.16", dict(
-        hybrid_tree="unified", host_mamba=True,
-        write_cache_indices=f"{_ALLOCATION}:write_cache_indices", get_last_loc=f"{_ALLOCATION}:get_last_loc",
-        alloc_extend_caller=f"{_ALLOCATION}:alloc_paged_token_slots_extend",
-    )),
-    ("0.5.17", dict(component_types="sglang.srt.mem_cache.unified_cache.component_type:ComponentType")),
-    ("0.5.18", dict(release_req_params=_RELEASE_REQ + ("offload_kv",))),
-    ("0.5.19", dict(
-        release_req_params=("idx", "remaing_req_count", "offload_kv"), req_kv_info=True,
-        protected_len_field="kv.cache_protected_len",
-        unified_radix_cache=UNIFIED_RADIX_CACHE, tree_cores=("python",), host_tier="unified",
-    )),
-    ("0.5.20", dict()),
-    # The Rust core ships, and is the default, from 0.5.21; the hybrid trees of their own are gone.
-    ("0.5.21", dict(tree_cores=("rust", "python"), swa_tree=None, mamba_tree=None)),
-    ("0.5.22", dict(
-        generation="prefix_len", chunk_cache=None, admission="extend_end", prefix_default="none",
-        chunk_prefix="none",
-    )),
-    ("0.5.23", dict()),
-)
 
 # The state-model generations, each with the releases that define it (docs and refusals name them).
 GENERATIONS = {
@@ -317,7 +194,7 @@ GENERATIONS = {
     "prefix_len": "Req.prefix_len, checkpoint_kv_cache / release_kv_cache, UnifiedRadixCache only (0.5.22 ..)",
 }
 
-SUPPORTED: dict[str, VersionEntry] = {e.version: e for e in _chain(_FIRST, *CHANGES)}
+SUPPORTED: dict[str, VersionEntry] = {e.version: e for e in _chain(RELEASES)}
 
 # Releases on the package index that kvparity cannot drive yet, each with the concrete reason.
 NOT_DRIVEN: dict[str, str] = {}
