@@ -32,7 +32,7 @@ from array import array
 from collections import deque
 from collections.abc import Callable
 from types import SimpleNamespace
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 import torch
 
@@ -150,6 +150,57 @@ class ShellAdapter(Protocol):
 
     def new_token_ratio(self, shell: Any) -> float:
         """How much of the running requests' remaining outputs admission reserves now."""
+        ...
+
+    # ---- the steps ``build_world``, ``set_up`` and ``new_req`` are made of: what a later release's
+    # adapter overrides (the protocol is the adapter's whole surface, so mypy checks every override).
+
+    def server_fields(self, knobs: Knobs) -> dict[str, Any]:
+        """The server arguments the traffic run is started with (SGLang's names)."""
+        ...
+
+    def server_args(self, world: Any, knobs: Knobs) -> Any:
+        """The world's server arguments with ``server_fields`` set, as this generation publishes them."""
+        ...
+
+    def set_globals(self, shell: Any, knobs: Knobs) -> None:
+        """What ``Scheduler.__init__`` writes into the globals."""
+        ...
+
+    def model_runner(self) -> Any:
+        """The model runner's stand-in (the fields the loop reads)."""
+        ...
+
+    def model_config(self, world: Any, knobs: Knobs) -> Any:
+        """The model config's stand-in (``ShellModelConfig``)."""
+        ...
+
+    def forward_result(self, ids: torch.Tensor) -> Any:
+        """The forward's result, in this generation's type, for the next token ids ``ids``."""
+        ...
+
+    def model_worker(self, shell: Any, mod: Any, knobs: Knobs) -> Any:
+        """The TP worker the loop calls (the overlap loop's client where it has one)."""
+        ...
+
+    def attributes(self, shell: Any, mod: Any, world: Any, knobs: Knobs, sa: Any) -> dict[str, Any]:
+        """The attributes the loop reads that ``Scheduler.__init__`` sets inline."""
+        ...
+
+    def policy(self, sa: Any, world: Any) -> dict[str, Any]:
+        """The schedule policy, as ``__init__`` builds it."""
+        ...
+
+    def token_ratio(self, sa: Any) -> dict[str, float]:
+        """The new-token ratio's start, floor and decay, as ``__init__`` computes them."""
+        ...
+
+    def initialisers(self, shell: Any) -> None:
+        """SGLang's own small initialisers of this generation."""
+        ...
+
+    def input_ids(self, tokens: list[int]) -> Any:
+        """A prompt as this release's tokenizer hands ``Req`` its ``origin_input_ids``."""
         ...
 
 
@@ -370,8 +421,11 @@ class _FakeOverlapClient:
 SHELLS: dict[str, Callable[[str, str], ShellAdapter]] = {}
 
 
-def registered(cls: type) -> type:
-    """Register an adapter class under its name."""
+_Adapter = TypeVar("_Adapter", bound=ShellAdapter)
+
+
+def registered(cls: type[_Adapter]) -> type[_Adapter]:
+    """Register an adapter class under its name (mypy checks it against ``ShellAdapter``)."""
     SHELLS[cls.__name__] = cls
     return cls
 
