@@ -13,8 +13,9 @@ from typing import TYPE_CHECKING, Any
 
 from kvparity.judge.power import CONFIDENCE, rules_out
 
-if TYPE_CHECKING:  # the registry's record, read only
+if TYPE_CHECKING:  # the registry's record, read only; the drive's part that writes a scenario
     from kvparity.engine.real.door import KnownDefect
+    from kvparity.judge.drive_parts import ScenarioForm
 
 
 @dataclass(frozen=True)
@@ -259,7 +260,7 @@ class Verdict:
         return next((r.first for r in self.rows if r.first is not None and r.first.shrunk is not None), self.first)
 
 
-def example_json(example: Example | None, drive: Any) -> dict[str, Any] | None:
+def example_json(example: Example | None, drive: ScenarioForm[Any]) -> dict[str, Any] | None:
     if example is None:
         return None
     shown = example.shown
@@ -273,7 +274,7 @@ def example_json(example: Example | None, drive: Any) -> dict[str, Any] | None:
     }
 
 
-def to_json(verdict: Verdict, drive: Any) -> dict[str, Any]:
+def to_json(verdict: Verdict, drive: ScenarioForm[Any]) -> dict[str, Any]:
     """The verdict as JSON-ready data: the one schema of ``kvparity check --json``, either drive."""
     defects = verdict.defects
     return {
@@ -308,7 +309,7 @@ def to_json(verdict: Verdict, drive: Any) -> dict[str, Any]:
 
 
 
-def _finding_json(verdict: Verdict, drive: Any, label: str, scenarios: int, defect: Finding | None) -> dict[str, Any]:
+def _finding_json(verdict: Verdict, drive: ScenarioForm[Any], label: str, scenarios: int, defect: Finding | None) -> dict[str, Any]:
     """A finding's entry: how many scenarios met it, whether it is a defect (and a known one), its
     first example and what else that example says (SGLang's traceback)."""
     example = verdict.finding_example(label)

@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from kvparity.judge.drive_parts import Reporting
 from kvparity.judge.power import CONFIDENCE, percent, rules_out
 from kvparity.judge.verdict import Example, Verdict
 
@@ -17,7 +18,7 @@ from kvparity.judge.verdict import Example, Verdict
 RATES_SHOWN = 8
 
 
-def console_lines(verdict: Verdict, drive: Any, replay: Callable[[str, Any], str]) -> list[str]:
+def console_lines(verdict: Verdict, drive: Reporting[Any], replay: Callable[[str, Any], str]) -> list[str]:
     """The report's lines. ``replay(name, scenario)`` saves a scenario and gives the command that
     replays it in this run's worlds."""
     lines = list(drive.header(verdict))
@@ -69,7 +70,7 @@ def model_class_lines(verdict: Verdict, shown: tuple[str, ...]) -> list[str]:
     return ["classes of the hybrid models and the nemesis, by task:", *lines] if lines else []
 
 
-def finding_lines(verdict: Verdict, drive: Any) -> list[str]:
+def finding_lines(verdict: Verdict, drive: Reporting[Any]) -> list[str]:
     """Each finding, with the scenarios reaching it and its first example: a defect of a run's own
     (it fails the check, shared or not; named where SGLang is known to have it; with SGLang's
     traceback where it raised), or a known difference (reported, not a divergence)."""
@@ -91,7 +92,7 @@ def finding_lines(verdict: Verdict, drive: Any) -> list[str]:
     return lines
 
 
-def first_seen(example: Example, drive: Any, label: str) -> str:
+def first_seen(example: Example, drive: Reporting[Any], label: str) -> str:
     """A finding's first example: what was seen, and the scenario (shrunk when it could be)."""
     shrunk = "" if example.shrunk is None else \
         f" (shrunk from {drive.size(example.found.scenario)} to {drive.size(example.shown.scenario)})"
@@ -99,7 +100,7 @@ def first_seen(example: Example, drive: Any, label: str) -> str:
     return f"first seen{shrunk}{where}: {example.line(label)}\n{example.shown.scenario.to_python()}"
 
 
-def difference_lines(example: Example, drive: Any, replay: Callable[[str, Any], str], title: str | None,
+def difference_lines(example: Example, drive: Reporting[Any], replay: Callable[[str, Any], str], title: str | None,
                      kind: str = "") -> list[str]:
     """A first difference (the first of ``kind``, when given): as found (or, counting, in one line),
     then shrunk, its cause, the scenario and the command that replays it."""
@@ -119,7 +120,7 @@ def difference_lines(example: Example, drive: Any, replay: Callable[[str, Any], 
     return lines
 
 
-def shrink_head(example: Example, drive: Any) -> str:
+def shrink_head(example: Example, drive: Reporting[Any]) -> str:
     """How shrinking went, above the shrunk counterexample's report."""
     shrink, found = example.shrunk, example.found.scenario
     if shrink is None:

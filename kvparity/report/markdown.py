@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from kvparity.judge.drive_parts import Reporting
 from kvparity.judge.verdict import Verdict
 
 
@@ -24,7 +25,7 @@ def block(text: str, language: str = "text") -> list[str]:
     return [f"{fence}{language}", text, fence]
 
 
-def check_markdown(verdict: Verdict, drive: Any, *, title: str = "kvparity check") -> str:
+def check_markdown(verdict: Verdict, drive: Reporting[Any], *, title: str = "kvparity check") -> str:
     """The whole report of one drive of a ``kvparity check`` (kvparity's worlds or real SGLang's):
     the drive's table, the classes reached, the findings, the first difference (shrunk)."""
     lines = [f"### {title} ({verdict.drive}-driven): {verdict.verdict.upper()}", "",

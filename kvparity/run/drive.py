@@ -24,8 +24,9 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
+from kvparity.judge.drive_parts import Reporting
 from kvparity.judge.verdict import Finding, Played
 
 DRIVES = ("harness", "scheduler")
@@ -43,14 +44,13 @@ class Task:
     shard: int = 0
 
 
-class Drive(Protocol):
-    """A drive, as the sweep, the shrinker, the verdict and the reports use it."""
+# A drive's scenario form, where a part both takes and gives scenarios (invariant) or only takes them.
+S = TypeVar("S")
+S_contra = TypeVar("S_contra", contravariant=True)
 
-    name: str  # one of DRIVES
-    counts_all: bool  # play every scenario and count the differing ones (else: stop at the first)
-    reference: str  # the reference world or player, by name
-    checked: tuple[str, ...]  # what is checked against it
-    required: tuple[str, ...]  # the classes a run should reach
+
+class Generator(Protocol):
+    """What a sweep draws: the tasks of a run, each task's strategy, and where Hypothesis is steered."""
 
     def tasks(self, examples: int, seed: int | None) -> list[Task]:
         """The tasks of a run of about ``examples`` scenarios (the drive's own unit: in all, or per task)."""
@@ -60,67 +60,71 @@ class Drive(Protocol):
         """The Hypothesis strategy ``task``'s scenarios are drawn from."""
         ...
 
-    def play(self, scenario: Any) -> Played:
-        """Play ``scenario`` in every world or by every player, and judge it."""
-        ...
-
-    def replayer(self, played: Played) -> Callable[[Any], Played]:
-        """How to replay candidates while shrinking ``played``'s difference: the cheapest play that
-        can still show it (the reference and one world that failed, say)."""
-        ...
-
-    def finding_replayer(self, finding: Finding) -> Callable[[Any], Played]:
-        """How to replay candidates while shrinking a finding's first example."""
-        ...
-
-    def same(self, played: Played, first: Played) -> bool:
-        """Whether a candidate keeps the first difference (the same kind of it)."""
-        ...
-
     def targets(self, played: Played) -> dict[str, float]:
         """What the sweep asks Hypothesis to steer toward (``hypothesis.target``): a score per label,
         higher for a scenario nearer the rare shapes the drive wants reached."""
         ...
 
-    def candidates(self, scenario: Any) -> Iterator[Any]:
-        """Smaller scenarios, big cuts first (``kvparity.run.minimize``)."""
+
+class Player(Protocol[S_contra]):
+    """Who plays a scenario, in every world or by every player, and judges it."""
+
+    def play(self, scenario: S_contra) -> Played:
+        """Play ``scenario`` and judge it."""
         ...
 
-    def explain(self, played: Played) -> str | None:
-        """The cause of a (shrunk) difference, where it can be shown; None otherwise."""
-        ...
-
-    def refuses(self, scenario: Any) -> str | None:
+    def refuses(self, scenario: S_contra) -> str | None:
         """Why this drive cannot play ``scenario`` (a replayed one), or None."""
-        ...
-
-    def report(self, played: Played, replay: str | None = None) -> str:
-        """A failure in words: the first difference, what differs, the scenario, how to replay it."""
-        ...
-
-    def header(self, verdict: Any) -> list[str]:
-        """The drive's table of a verdict (the world pairs; the schedule policies under each loop)."""
-        ...
-
-    def summary(self, verdict: Any) -> str:
-        """A verdict in one line: what differs where, or parity."""
-        ...
-
-    def finding_kind(self, label: str) -> str:
-        """What a finding is, in words ("known defect reported", ...)."""
-        ...
-
-    def size(self, scenario: Any) -> str:
-        """A scenario's size in words ("3 requests, 4 steps")."""
-        ...
-
-    def to_dict(self, scenario: Any) -> dict[str, Any]:
-        """A scenario as JSON-ready data (``--replay`` reads it back)."""
         ...
 
     def close(self) -> None:
         """Stop what the drive started (real SGLang workers)."""
         ...
+
+
+class Checker(Protocol):
+    """Whether a smaller scenario still shows what the first showed."""
+
+    def same(self, played: Played, first: Played) -> bool:
+        """Whether a candidate keeps the first difference (the same kind of it)."""
+        ...
+
+
+class Reducer(Protocol[S]):
+    """How a scenario is made smaller, and the cheapest replay that can still show its failure."""
+
+    def candidates(self, scenario: S) -> Iterator[S]:
+        """Smaller scenarios, big cuts first (``kvparity.run.minimize``)."""
+        ...
+
+    def replayer(self, played: Played) -> Callable[[S], Played]:
+        """How to replay candidates while shrinking ``played``'s difference: the cheapest play that
+        can still show it (the reference and one world that failed, say)."""
+        ...
+
+    def finding_replayer(self, finding: Finding) -> Callable[[S], Played]:
+        """How to replay candidates while shrinking a finding's first example."""
+        ...
+
+
+class Explainer(Protocol):
+    """The cause of a difference, where the drive can show one."""
+
+    def explain(self, played: Played) -> str | None:
+        """The cause of a (shrunk) difference; None where it cannot be shown."""
+        ...
+
+
+class Drive(Generator, Player[S], Checker, Reducer[S], Explainer, Reporting[S], Protocol[S]):
+    """A drive, as the sweep, the shrinker, the verdict and the reports use it: its parts (each a
+    protocol of a few typed methods, so that a caller can ask for the part it uses: explain a
+    ``Player`` and a ``Checker``, the reports ``Reporting``) and what names it."""
+
+    name: str  # one of DRIVES
+    counts_all: bool  # play every scenario and count the differing ones (else: stop at the first)
+    reference: str  # the reference world or player, by name
+    checked: tuple[str, ...]  # what is checked against it
+    required: tuple[str, ...]  # the classes a run should reach
 
 
 def finding_reached(label: str) -> Callable[[Played], bool]:
