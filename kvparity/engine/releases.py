@@ -307,7 +307,7 @@ RELEASES: tuple[Release, ...] = (
         "0.5.13", shell="Shell0513",
         generation=("components", "scheduler components (receiver, streamer, result processor, checker, ...)"),
         entry=dict(input_ids_type="array", admission="fill_len", host_pool_imports_kvcacheio=False,
-            swa_allocator="sglang.srt.mem_cache.allocator.swa:SWATokenToKVPoolAllocator"),
+            swa_allocator="sglang.srt.mem_cache.allocator.swa:SWATokenToKVPoolAllocator", batch_rows_on_host=True),
         changes=(
             Change(BEHAVIOUR, "the PrefillAdder recomputes extend_logprob_start_len (set_extend_input_len) for the "
                    "chunked request's next chunk too; fill_ids become full_untruncated_fill_ids up to fill_len"),
@@ -357,7 +357,8 @@ RELEASES: tuple[Release, ...] = (
     ),
     Release(
         "0.5.17", shell="Shell0517",
-        entry=dict(component_types="sglang.srt.mem_cache.unified_cache.component_type:ComponentType"),
+        entry=dict(component_types="sglang.srt.mem_cache.unified_cache.component_type:ComponentType",
+            unified_tree_core=True),
         changes=(
             Change(BEHAVIOUR, "evict_from_tree_cache evicts only the shortfall (num_tokens - available_size) "
                    "instead of num_tokens, so a retraction or an allocation keeps more of the tree",
@@ -419,6 +420,7 @@ RELEASES: tuple[Release, ...] = (
     ),
     Release(
         "0.5.20", shell="Shell0520",
+        entry=dict(host_loaded_length=True, lock_receipt=True),
         changes=(
             Change(BEHAVIOUR, "with a storage tier, a Mamba model's prefetch takes its state host slots at hit "
                    "time, next to the KV's, so the storage query holds no host memory, where 0.5.19 took them as "
@@ -453,7 +455,7 @@ RELEASES: tuple[Release, ...] = (
         "0.5.22", shell="Shell0522",
         generation=("prefix-len", "the prefix_len state model"),
         entry=dict(generation="prefix_len", chunk_cache=None, admission="extend_end", prefix_default="none",
-            chunk_prefix="none"),
+            chunk_prefix="none", lock_receipt=False),
         changes=(
             Change(BEHAVIOUR, "the prefix_len state model: Req.prefix_indices is gone (prefix_len plus the row or "
                    "the locked tree path), ChunkCache is gone (a disabled UnifiedRadixCache), the caches take "

@@ -179,3 +179,13 @@ SET_UP = ("0.5.3", "0.5.3.post1", "0.5.3.post2", "0.5.4", "0.5.21", "0.5.22", "0
 @pytest.mark.parametrize("release", SET_UP)
 def test_every_set_up_release_is_probed_to_its_own_entry(release):
     assert probe.choose_entry(_release(release), release).entry.version == release
+
+
+def test_a_feature_the_driving_code_needs_is_an_entry_fact_the_probe_checks():
+    """0.5.20 and 0.5.21 keep a request's lock receipt, which the adapter sets (``lock_receipt``), and
+    0.5.22 has none: 0.5.21's entry is refused for 0.5.22's code on that fact, not found out when a
+    world runs."""
+    receipt = "sglang.srt.managers.schedule_batch:Req.lock_receipt"
+    assert (versions.SUPPORTED["0.5.21"].lock_receipt, versions.SUPPORTED["0.5.22"].lock_receipt) == (True, False)
+    assert f"{receipt} is missing" in probe.SourceApi(_release("0.5.22")).problems(
+        probe.entry_facts(versions.SUPPORTED["0.5.21"]))

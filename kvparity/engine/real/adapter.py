@@ -439,7 +439,8 @@ class RealWorld:
         self.tree_cache = self._make_tree_cache()
         self.host_pool = None
         if self.host is not None and self.tree_class == "unified":
-            self.host_pool = attach_host_tier(self.tree_cache, self.server_args, self._cache_init_params, self.host)
+            self.host_pool = attach_host_tier(self.tree_cache, self.server_args, self._cache_init_params, self.host,
+                                              tree_core=self.entry.unified_tree_core)
         elif self.host is not None:
             self.host_pool = host_pool(self.tree_cache)
         # A Mamba model's host tier backs its states up to a host pool of their own.
@@ -598,7 +599,7 @@ class RealWorld:
         if loaded is None:
             return
         new_indices, req.last_node = loaded
-        if hasattr(req, "host_loaded_length"):  # 0.5.21 keeps how much came back
+        if self.entry.host_loaded_length:  # 0.5.20+ keeps how much came back
             req.host_loaded_length = len(new_indices)
         req.prefix_indices = torch.cat([req.prefix_indices, new_indices])
         style = self.entry.admission  # up to 0.5.14 the extend length is the request's own
@@ -671,7 +672,7 @@ class RealWorld:
         if self.cache_kind == "radix":
             self.activate()
             result = self.tree_cache.inc_lock_ref(req.last_node)
-            if hasattr(req, "lock_receipt") and hasattr(result, "to_dec_params"):
+            if self.entry.lock_receipt:
                 req.lock_receipt = result.to_dec_params()  # 0.5.20+: the release receipt, as the PrefillAdder keeps it
             if self.window is not None:
                 # Where the window's lock stopped (the node whose tokens reach the window), as the
@@ -939,7 +940,7 @@ class RealBatch:
             raise ValueError(f"slotted has {len(slotted)} entries for {len(reqs)} requests")
         device = b.device
         b.req_pool_indices = torch.tensor([r.req_pool_idx for r in reqs], dtype=torch.int64, device=device)
-        if hasattr(b, "req_pool_indices_cpu"):  # 0.5.13+ keep a host copy (filter_batch indexes it)
+        if self.world.entry.batch_rows_on_host:  # 0.5.13+ keep a host copy (filter_batch indexes it)
             b.req_pool_indices_cpu = b.req_pool_indices.cpu()
         b.seq_lens = torch.tensor(slotted, dtype=torch.int64, device=device)
         b.seq_lens_cpu = torch.tensor(slotted, dtype=torch.int64)

@@ -319,13 +319,21 @@ def _first_with(modules: tuple[str, ...], name: str) -> Any:
     return found
 
 
-def attach(tree: Any, server_args: Any, params: Any, tier: HostTier) -> Any:
+@dataclass(frozen=True)
+class Unified:
+    """How a release's UnifiedRadixCache holds its tree, where a host tier is attached to one."""
+
+    tree_core: bool  # in a tree core (0.5.17+), not in the class's own nodes (0.5.16)
+
+
+def attach(tree: Any, server_args: Any, params: Any, tier: HostTier, *, tree_core: bool) -> Any:
     """Attach ``tier`` (as ``server_args`` name it) to a UnifiedRadixCache as the server's factory
-    does (``init_hicache``); returns the host pool."""
+    does (``init_hicache``); returns the host pool. ``tree_core``: the release's UnifiedRadixCache
+    keeps its tree in a tree core (``VersionEntry.unified_tree_core``)."""
     install_cpu_copies()
     with _storage(tier) as folder:
         tree.init_hicache(server_args, params)
-    return _driven(tree, tier, folder)
+    return _driven(tree, tier, folder, unified=Unified(tree_core))
 
 
 def hiradix_cache(fields: dict[str, Any], params_class: Any, server_args: Any, tier: HostTier) -> Any:
@@ -344,7 +352,7 @@ def hiradix_cache(fields: dict[str, Any], params_class: Any, server_args: Any, t
                            storage_backend_extra_config=server_args.hicache_storage_backend_extra_config)
             declared = inspect.signature(cls).parameters
             tree = cls(**{k: v for k, v in offered.items() if k in declared})
-    _driven(tree, tier, folder)
+    _driven(tree, tier, folder, unified=None)
     return tree
 
 
@@ -388,14 +396,15 @@ def _storage(tier: HostTier) -> Any:
         raise
 
 
-def _driven(tree: Any, tier: HostTier, folder: str | None) -> Any:
-    """The stand-ins a built tier runs under (storage inline, seeded faults, late acks); its host pool."""
+def _driven(tree: Any, tier: HostTier, folder: str | None, unified: Unified | None) -> Any:
+    """The stand-ins a built tier runs under (storage inline, seeded faults, late acks); its host pool.
+    ``unified``: how the release's UnifiedRadixCache holds its tree (None: a HiRadixCache)."""
     host = host_pool(tree)
     # Its storage path asks torch for pinned scratch pages otherwise (each pool of a group: a Mamba
     # model's state host pool too).
     for pool in [entry.host_pool for entry in getattr(tree.cache_controller.mem_pool_host, "entries", ())] or [host]:
         pool.pin_memory = False
-    _count_refusals(tree)
+    _count_refusals(tree, unified)
     if folder is not None:
         weakref.finalize(tree, shutil.rmtree, folder, True)
         _run_storage_inline(tree.cache_controller)
@@ -688,7 +697,7 @@ def _count_prefetches_cut(controller: Any) -> None:
     controller.terminate_prefetch = terminate_prefetch
 
 
-def _count_refusals(tree: Any) -> None:
+def _count_refusals(tree: Any, unified: Unified | None) -> None:
     """A backup (device to host) and a load-back (host to device) also count, on the tree's cache
     controller, the calls that found no room and returned None (``BACKUPS_REFUSED``,
     ``LOADS_REFUSED``): the host too full for a backup, the device for a load-back. A backup is the
@@ -698,13 +707,13 @@ def _count_refusals(tree: Any) -> None:
     holds some, so 0 is a refusal, its parent's included). Its load-back likewise
     (``_count_unified_load_refusals``)."""
     controller = tree.cache_controller
-    if hasattr(tree, "_execute_kv_backup"):
-        counted = [((tree, "_execute_kv_backup"), BACKUPS_REFUSED, _is_none)]
-    elif type(tree).__name__ == "UnifiedRadixCache":
-        counted = [((tree, "write_backup"), BACKUPS_REFUSED, _is_zero)]
-    else:
+    if unified is None:  # HiRadixCache: its controller says no
         counted = [((controller, "write"), BACKUPS_REFUSED, _is_none)]
-    if hasattr(getattr(tree, "tree_core", None), "build_load_back_spec"):
+    elif unified.tree_core:
+        counted = [((tree, "_execute_kv_backup"), BACKUPS_REFUSED, _is_none)]
+    else:
+        counted = [((tree, "write_backup"), BACKUPS_REFUSED, _is_zero)]
+    if unified is not None and unified.tree_core:
         _count_unified_load_refusals(tree)
     else:
         counted.append(((controller, "load"), LOADS_REFUSED, _is_none))

@@ -29,6 +29,7 @@ from kvparity.engine.real.versions import (
     latest_release_at_or_below,
     version_key,
 )
+from kvparity.engine.releases import UNIFIED_RADIX_CACHE
 
 _SB = "sglang.srt.managers.schedule_batch"
 _COMMON = "sglang.srt.mem_cache.common"
@@ -116,7 +117,11 @@ def entry_facts(entry: VersionEntry) -> list[Fact]:
         facts.append(Fact(where) if where is not None else Fact(absent, present=False))
     if entry.unified_radix_cache is not None:  # it exists from 0.5.11; servers build it from 0.5.19
         facts.append(Fact(entry.unified_radix_cache))
-    facts.append(Fact(f"{_REQ}.req_pool_idx", present=not entry.req_kv_info))  # moved into req.kv (0.5.19)
+    facts.append(Fact(f"{_REQ}.req_pool_idx", present=not entry.req_kv_info))  # moved to req.kv (0.5.19)
+    facts += [Fact(f"{UNIFIED_RADIX_CACHE}._execute_kv_backup", present=entry.unified_tree_core),
+              Fact(f"{_SB}:ScheduleBatch.req_pool_indices_cpu", present=entry.batch_rows_on_host),
+              Fact(f"{_REQ}.host_loaded_length", present=entry.host_loaded_length),
+              Fact(f"{_REQ}.lock_receipt", present=entry.lock_receipt)]
     facts += _hybrid_cache_facts(entry)
     facts += _admission_facts(entry.admission)
     # 0.5.4: a retracted request keeps its row index (the one behaviour of 0.5.3.post2 .. 0.5.5 no name shows).

@@ -151,6 +151,18 @@ class VersionEntry:
     # memory or not): the nemesis's forced retraction. 0.5.3 to 0.5.3.post3 retract on it only in
     # a decode batch of more than 10 requests, which kvparity's servers never run.
     test_retract_interval: bool = False
+    # Facts the driving code once probed for at run time (``hasattr``), now the entry's, each
+    # checked against the release's source by the probe (``probe.entry_facts``):
+    # UnifiedRadixCache keeps its tree in a tree core (0.5.17+: ``tree_core``, whose
+    # ``build_load_back_spec`` plans a load-back; a KV backup gives up in ``_execute_kv_backup``).
+    unified_tree_core: bool = False
+    # ScheduleBatch keeps a host copy of its row indices, ``req_pool_indices_cpu`` (0.5.13+).
+    batch_rows_on_host: bool = False
+    # Req keeps how much of a host hit came back to the device, ``host_loaded_length`` (0.5.20+).
+    host_loaded_length: bool = False
+    # Req keeps its admission lock's release receipt, ``lock_receipt`` (0.5.20 and 0.5.21; from
+    # 0.5.22 the prefix_len adapter releases through the request's own state).
+    lock_receipt: bool = False
 
     @property
     def serves_mamba(self) -> bool:
