@@ -55,6 +55,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from kvparity.engine.processes import ended_children
+
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 DEFAULT_CALL_TIMEOUT = 10.0
 DEFAULT_START_TIMEOUT = 120.0
@@ -500,19 +502,6 @@ def _emit(event: dict[str, Any]) -> None:
         data = data[os.write(1, data):]
 
 
-def _reap() -> tuple[list[tuple[int, int]], bool]:
-    """Every child that has ended, with its wait status; and whether any child is left."""
-    ended: list[tuple[int, int]] = []
-    while True:
-        try:
-            pid, status = os.waitpid(-1, os.WNOHANG)
-        except ChildProcessError:
-            return ended, False
-        if pid == 0:
-            return ended, True
-        ended.append((pid, status))
-
-
 def _descendants(root: int) -> list[int]:
     """The processes whose chain of parents leads to ``root``, from /proc (empty without it)."""
     children: dict[int, list[int]] = {}
@@ -554,7 +543,7 @@ def _kill_descendants(subreaper: bool, worker: int) -> None:
                 os.kill(pid, signal.SIGKILL)
             except (ProcessLookupError, PermissionError):
                 pass
-        _, children_left = _reap()
+        _, children_left = ended_children()
         if not children_left or time.monotonic() > deadline:
             break
         time.sleep(0.002)
@@ -592,7 +581,7 @@ def keeper_main(request_fd: int, reply_fd: int) -> None:
                         break
                 except BlockingIOError:
                     break
-        for pid, status in _reap()[0]:
+        for pid, status in ended_children()[0]:
             if pid == worker.pid and worker_alive:
                 worker_alive = False
                 _emit(_status_event(pid, status))

@@ -75,3 +75,17 @@ def adopt_env(env: dict[str, str]) -> None:
     for stale in [k for k in os.environ if k.startswith(CALLERS_ONLY) and k not in env]:
         del os.environ[stale]
     os.environ.update(env)
+
+
+def ended_children() -> tuple[list[tuple[int, int]], bool]:
+    """Every child of this process that has ended, reaped, with its wait status; and whether any
+    child is left (a supervisor's one reaping loop: the candidate sandbox's, a zygote's)."""
+    ended: list[tuple[int, int]] = []
+    while True:
+        try:
+            pid, status = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return ended, False
+        if pid == 0:
+            return ended, True
+        ended.append((pid, status))

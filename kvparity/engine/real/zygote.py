@@ -41,6 +41,8 @@ import traceback
 from collections.abc import Callable
 from typing import Any
 
+from kvparity.engine.processes import ended_children
+
 ENV = "KVPARITY_ZYGOTES"  # JSON: zygote key -> the path of its socket
 FAILED = ".failed"  # beside the socket: the zygote could not serve (the reason inside)
 PID = ".pid"  # beside the socket: the zygote's pid, written first thing
@@ -346,13 +348,8 @@ def _fork_one(listener: socket.socket, children: dict[int, socket.socket], serve
 
 
 def _reap(children: dict[int, socket.socket]) -> None:
-    while True:
-        try:
-            pid, status = os.waitpid(-1, os.WNOHANG)
-        except ChildProcessError:
-            return
-        if pid == 0:
-            return
+    """Tell each ended child's parent-side connection its exit code."""
+    for pid, status in ended_children()[0]:
         conn = children.pop(pid, None)
         if conn is not None:
             try:
