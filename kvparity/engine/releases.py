@@ -230,7 +230,7 @@ RELEASES: tuple[Release, ...] = (
     Release(
         "0.5.9", shell="Shell059",
         entry=dict(init_new_params=INIT_NEW + ("dllm_config",), admission="setter", stash_frees_row=False,
-            evict_params="sglang.srt.mem_cache.base_prefix_cache:EvictParams"),
+            evict_params="sglang.srt.mem_cache.base_prefix_cache:EvictParams", storage_stop_event=True),
         changes=(
             Change(RENUMBERING, "the chunked request keeps its row between chunks (ReqToTokenPool.alloc(reqs) "
                    "reuses it) instead of freeing and taking one again", "#17850"),
@@ -340,7 +340,7 @@ RELEASES: tuple[Release, ...] = (
         generation=("batch-plan", "get_next_batch_to_run returns a NextBatchPlan; runtime-context config from 0.5.19"),
         entry=dict(hybrid_tree="unified", host_mamba=True, write_cache_indices=f"{_ALLOCATION}:write_cache_indices",
             get_last_loc=f"{_ALLOCATION}:get_last_loc",
-            alloc_extend_caller=f"{_ALLOCATION}:alloc_paged_token_slots_extend"),
+            alloc_extend_caller=f"{_ALLOCATION}:alloc_paged_token_slots_extend", controller_rank_functions=False),
         changes=(
             Change(BEHAVIOUR, "a hybrid model's server builds UnifiedRadixCache with the model's components (FULL "
                    "and SWA, FULL and MAMBA) in place of SWARadixCache and MambaRadixCache (registry.py; the old "
@@ -406,7 +406,7 @@ RELEASES: tuple[Release, ...] = (
         "0.5.19", shell="Shell0519",
         entry=dict(release_req_params=("idx", "remaing_req_count", "offload_kv"), req_kv_info=True,
             protected_len_field="kv.cache_protected_len", unified_radix_cache=UNIFIED_RADIX_CACHE,
-            tree_cores=("python",), host_tier="unified"),
+            tree_cores=("python",), host_tier="unified", batched_page_transfer=True),
         changes=(
             Change(BEHAVIOUR, "the request's row and KV lengths move to req.kv (ReqKvInfo); the scheduler builds "
                    "UnifiedRadixCache on the plain path (on its Python tree core), which kvparity drives from this "
@@ -420,7 +420,7 @@ RELEASES: tuple[Release, ...] = (
     ),
     Release(
         "0.5.20", shell="Shell0520",
-        entry=dict(host_loaded_length=True, lock_receipt=True),
+        entry=dict(host_loaded_length=True, lock_receipt=True, permanent_parallel_override=True),
         changes=(
             Change(BEHAVIOUR, "with a storage tier, a Mamba model's prefetch takes its state host slots at hit "
                    "time, next to the KV's, so the storage query holds no host memory, where 0.5.19 took them as "

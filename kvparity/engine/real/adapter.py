@@ -440,7 +440,7 @@ class RealWorld:
         self.host_pool = None
         if self.host is not None and self.tree_class == "unified":
             self.host_pool = attach_host_tier(self.tree_cache, self.server_args, self._cache_init_params, self.host,
-                                              tree_core=self.entry.unified_tree_core)
+                                              self.entry)
         elif self.host is not None:
             self.host_pool = host_pool(self.tree_cache)
         # A Mamba model's host tier backs its states up to a host pool of their own.
@@ -474,7 +474,7 @@ class RealWorld:
         if self.tree_class == "unified":
             return self._unified_radix_cache(fields)
         if self.host is not None:  # HiRadixCache: the radix tree with its host tier (0.5.3 to 0.5.18)
-            return hiradix_cache(fields, sg.CacheInitParams, self.server_args, self.host)
+            return hiradix_cache(fields, sg.CacheInitParams, self.server_args, self.host, self.entry)
         cls = sg.RadixCache if self.cache_kind == "radix" else sg.ChunkCache
         if cls is None:
             raise RealSGLangError(f"SGLang {self.entry.version} has no ChunkCache (cache kind 'chunk'): its chunk "

@@ -76,6 +76,7 @@ from kvparity.engine.real.pool_readers import (
     STATE_POOL,
     STORAGE_FAULTS,
 )
+from kvparity.engine.real.versions import VersionEntry
 from kvparity.model.traffic import ServerConfig
 
 # A HiCache world's KV: float32, head_dim KV_LANES (the canary's lanes, ``LaneStore``, need 7).
@@ -319,30 +320,23 @@ def _first_with(modules: tuple[str, ...], name: str) -> Any:
     return found
 
 
-@dataclass(frozen=True)
-class Unified:
-    """How a release's UnifiedRadixCache holds its tree, where a host tier is attached to one."""
-
-    tree_core: bool  # in a tree core (0.5.17+), not in the class's own nodes (0.5.16)
-
-
-def attach(tree: Any, server_args: Any, params: Any, tier: HostTier, *, tree_core: bool) -> Any:
-    """Attach ``tier`` (as ``server_args`` name it) to a UnifiedRadixCache as the server's factory
-    does (``init_hicache``); returns the host pool. ``tree_core``: the release's UnifiedRadixCache
-    keeps its tree in a tree core (``VersionEntry.unified_tree_core``)."""
+def attach(tree: Any, server_args: Any, params: Any, tier: HostTier, entry: VersionEntry) -> Any:
+    """Attach ``tier`` (as ``server_args`` name it) to a UnifiedRadixCache as ``entry``'s release's
+    factory does (``init_hicache``); returns the host pool."""
     install_cpu_copies()
-    with _storage(tier) as folder:
+    with _storage(tier, entry) as folder:
         tree.init_hicache(server_args, params)
-    return _driven(tree, tier, folder, unified=Unified(tree_core))
+    return _driven(tree, tier, folder, entry, unified=True)
 
 
-def hiradix_cache(fields: dict[str, Any], params_class: Any, server_args: Any, tier: HostTier) -> Any:
+def hiradix_cache(fields: dict[str, Any], params_class: Any, server_args: Any, tier: HostTier,
+                  entry: VersionEntry) -> Any:
     """The HiRadixCache a server of 0.5.3 to 0.5.18 builds for ``tier`` (as ``server_args`` name
     it), of the tree's ``fields``: from a ``params_class`` (0.5.6+) or, before, keyword by keyword
     as the scheduler passes them (one rank: no process group)."""
     install_cpu_copies()
     cls = lookup(_HIRADIX)
-    with _one_rank(), _storage(tier) as folder:
+    with _one_rank(), _storage(tier, entry) as folder:
         if params_class is not None:
             tree = cls(params=params_class(disable=False, **fields), server_args=server_args)
         else:
@@ -352,7 +346,7 @@ def hiradix_cache(fields: dict[str, Any], params_class: Any, server_args: Any, t
                            storage_backend_extra_config=server_args.hicache_storage_backend_extra_config)
             declared = inspect.signature(cls).parameters
             tree = cls(**{k: v for k, v in offered.items() if k in declared})
-    _driven(tree, tier, folder, unified=None)
+    _driven(tree, tier, folder, entry, unified=False)
     return tree
 
 
@@ -379,7 +373,7 @@ def _one_rank() -> Any:
 
 
 @contextlib.contextmanager
-def _storage(tier: HostTier) -> Any:
+def _storage(tier: HostTier, entry: VersionEntry) -> Any:
     """The scope a tier's controller is built in: its storage folder and ranks (with storage).
     Yields the folder (None without storage)."""
     _publish_storage_failure(tier.storage_failure)
@@ -389,25 +383,25 @@ def _storage(tier: HostTier) -> Any:
     folder = tempfile.mkdtemp(prefix="kvparity-hicache-")
     os.environ[STORAGE_DIR_ENV] = folder
     try:
-        with _storage_stand_ins():
+        with _storage_stand_ins(entry):
             yield folder
     except BaseException:
         shutil.rmtree(folder, True)
         raise
 
 
-def _driven(tree: Any, tier: HostTier, folder: str | None, unified: Unified | None) -> Any:
+def _driven(tree: Any, tier: HostTier, folder: str | None, entry: VersionEntry, unified: bool) -> Any:
     """The stand-ins a built tier runs under (storage inline, seeded faults, late acks); its host pool.
-    ``unified``: how the release's UnifiedRadixCache holds its tree (None: a HiRadixCache)."""
+    ``unified``: the tree is a UnifiedRadixCache (else a HiRadixCache)."""
     host = host_pool(tree)
     # Its storage path asks torch for pinned scratch pages otherwise (each pool of a group: a Mamba
     # model's state host pool too).
     for pool in [entry.host_pool for entry in getattr(tree.cache_controller.mem_pool_host, "entries", ())] or [host]:
         pool.pin_memory = False
-    _count_refusals(tree, unified)
+    _count_refusals(tree, entry.unified_tree_core if unified else None)
     if folder is not None:
         weakref.finalize(tree, shutil.rmtree, folder, True)
-        _run_storage_inline(tree.cache_controller)
+        _run_storage_inline(tree.cache_controller, entry)
         _count_prefetches_cut(tree.cache_controller)
     if tier.storage_failure:
         _seed_storage_failures(tier, tree.cache_controller)
@@ -551,7 +545,7 @@ _RANK_FUNCTIONS = ("get_tensor_model_parallel_rank", "get_tensor_model_parallel_
                    "get_pipeline_model_parallel_rank", "get_pipeline_model_parallel_world_size")
 
 
-def _storage_stand_ins() -> Any:
+def _storage_stand_ins(entry: VersionEntry) -> Any:
     """Before the controller is built: its threads are never started, its storage keys are
     computed in Python (where a native hash exists, 0.5.15+); returns the scope in which its
     storage configuration reads one process's ranks: the controller module's own rank functions
@@ -560,11 +554,11 @@ def _storage_stand_ins() -> Any:
     setattr(controller, "threading", _Threading())  # noqa: B010 (SGLang's module)
     if _exists(_NATIVE_HASH):
         setattr(importlib.import_module(_NATIVE_HASH), "_load_native_hash_module", _PageHashes)  # noqa: B010
-    if hasattr(controller, "get_tensor_model_parallel_rank"):
+    if entry.controller_rank_functions:
         return _module_answers(controller, **{name: (lambda: 0) if name.endswith("_rank") else (lambda: 1)
                                               for name in _RANK_FUNCTIONS if hasattr(controller, name)})
     parallel = importlib.import_module("sglang.srt.runtime_context").get_parallel()
-    if hasattr(parallel, "override_permanently"):
+    if entry.permanent_parallel_override:
         parallel.override_permanently(tp_rank=0, pp_rank=0)
         return parallel.override(tp_rank=0, pp_rank=0)
     return parallel.override(tp_rank=0, pp_rank=0, tp_size=1, pp_size=1)
@@ -583,19 +577,19 @@ def _module_answers(module: Any, **functions: Any) -> Any:
             setattr(module, name, function)
 
 
-def _run_storage_inline(controller: Any) -> None:
+def _run_storage_inline(controller: Any, entry: VersionEntry) -> None:
     """Each storage thread's queue replaced by one that runs the thread's loop at ``put``. The
     storage loops' stop event is ``storage_stop_event`` from 0.5.9, the controller's one
     ``stop_event`` before (which its transfer buffers keep their own reference to)."""
     stop = _UntilEmpty()
-    setattr(controller, "storage_stop_event" if hasattr(controller, "storage_stop_event") else "stop_event", stop)
-    _count_fetches(controller)
+    setattr(controller, "storage_stop_event" if entry.storage_stop_event else "stop_event", stop)
+    _count_fetches(controller, entry)
     for thread, served in _STORAGE_THREADS:
         if hasattr(controller, thread):
             setattr(controller, served, _Pumped(_adopting(controller, getattr(controller, thread).target, stop), stop))
 
 
-def _count_fetches(controller: Any) -> None:
+def _count_fetches(controller: Any, entry: VersionEntry) -> None:
     """The controller's page transfers (storage to host), counting the tokens they bring: from
     0.5.19 each batch's transfer returns its pages (the operation learns its count later, from
     acknowledgements); before, the transfer raises the operation's completed tokens itself."""
@@ -604,7 +598,7 @@ def _count_fetches(controller: Any) -> None:
     def count(tokens: int) -> None:
         _bump(controller, FETCHED_TOKENS, tokens)
 
-    if hasattr(controller, "_page_transfer_kv_batch"):
+    if entry.batched_page_transfer:
         batch = controller._page_transfer_kv_batch
 
         def counted_batch(*args: Any, **kwargs: Any) -> Any:
@@ -697,7 +691,7 @@ def _count_prefetches_cut(controller: Any) -> None:
     controller.terminate_prefetch = terminate_prefetch
 
 
-def _count_refusals(tree: Any, unified: Unified | None) -> None:
+def _count_refusals(tree: Any, tree_core: bool | None) -> None:
     """A backup (device to host) and a load-back (host to device) also count, on the tree's cache
     controller, the calls that found no room and returned None (``BACKUPS_REFUSED``,
     ``LOADS_REFUSED``): the host too full for a backup, the device for a load-back. A backup is the
@@ -707,13 +701,13 @@ def _count_refusals(tree: Any, unified: Unified | None) -> None:
     holds some, so 0 is a refusal, its parent's included). Its load-back likewise
     (``_count_unified_load_refusals``)."""
     controller = tree.cache_controller
-    if unified is None:  # HiRadixCache: its controller says no
+    if tree_core is None:  # HiRadixCache: its controller says no
         counted = [((controller, "write"), BACKUPS_REFUSED, _is_none)]
-    elif unified.tree_core:
+    elif tree_core:
         counted = [((tree, "_execute_kv_backup"), BACKUPS_REFUSED, _is_none)]
     else:
         counted = [((tree, "write_backup"), BACKUPS_REFUSED, _is_zero)]
-    if unified is not None and unified.tree_core:
+    if tree_core:
         _count_unified_load_refusals(tree)
     else:
         counted.append(((controller, "load"), LOADS_REFUSED, _is_none))

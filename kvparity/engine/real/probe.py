@@ -99,6 +99,16 @@ def _hybrid_cache_facts(entry: VersionEntry) -> list[Fact]:
     return facts
 
 
+def _host_tier_facts(entry: VersionEntry) -> list[Fact]:
+    """What a host tier's cache controller offers the stand-ins that run its storage inline."""
+    controller = "sglang.srt.managers.cache_controller"
+    return [Fact(f"{controller}:HiCacheController.storage_stop_event", present=entry.storage_stop_event),
+            Fact(f"{controller}:HiCacheController._page_transfer_kv_batch", present=entry.batched_page_transfer),
+            Fact(f"{controller}:get_tensor_model_parallel_rank", present=entry.controller_rank_functions),
+            Fact("sglang.srt.runtime_context:ParallelContext.override_permanently",
+                 present=entry.permanent_parallel_override)]
+
+
 def entry_facts(entry: VersionEntry) -> list[Fact]:
     """Every fact ``entry`` implies about SGLang's code, the state model's first."""
     facts = _generation_facts(entry)
@@ -122,6 +132,7 @@ def entry_facts(entry: VersionEntry) -> list[Fact]:
               Fact(f"{_SB}:ScheduleBatch.req_pool_indices_cpu", present=entry.batch_rows_on_host),
               Fact(f"{_REQ}.host_loaded_length", present=entry.host_loaded_length),
               Fact(f"{_REQ}.lock_receipt", present=entry.lock_receipt)]
+    facts += _host_tier_facts(entry)
     facts += _hybrid_cache_facts(entry)
     facts += _admission_facts(entry.admission)
     # 0.5.4: a retracted request keeps its row index (the one behaviour of 0.5.3.post2 .. 0.5.5 no name shows).

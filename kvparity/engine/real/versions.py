@@ -163,6 +163,16 @@ class VersionEntry:
     # Req keeps its admission lock's release receipt, ``lock_receipt`` (0.5.20 and 0.5.21; from
     # 0.5.22 the prefix_len adapter releases through the request's own state).
     lock_receipt: bool = False
+    # A host tier's cache controller (HiCacheController): its storage loops stop on an event of
+    # their own, ``storage_stop_event`` (0.5.9+; the controller's one ``stop_event`` before); a
+    # storage fetch transfers a batch of pages and returns their count, ``_page_transfer_kv_batch``
+    # (0.5.19+); its module imports the parallel state's rank functions (up to 0.5.15.post1; the
+    # runtime context's ``ParallelContext`` after, which keeps an override for good from 0.5.20,
+    # ``override_permanently``).
+    storage_stop_event: bool = False
+    batched_page_transfer: bool = False
+    controller_rank_functions: bool = True
+    permanent_parallel_override: bool = False
 
     @property
     def serves_mamba(self) -> bool:
