@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -92,8 +93,8 @@ def _explain_one(a_spec: str, b_spec: str, scenario: Any, drive: str, backend: s
         a, b = resolve(a_spec), resolve(b_spec)
     except RealSGLangError as exc:
         return str(exc)
-    replayer = (_SchedulerReplayer(a, scenario) if drive == "scheduler"
-                else _HarnessReplayer(a, scenario, backend, tree_class))
+    replayer = (_scheduler_replaying(a, scenario) if drive == "scheduler"
+                else _harness_replaying(a, scenario, backend, tree_class))
     replayer.b_entry = b.entry.version
     outcomes = HybridOutcomes(None) if fresh else HybridOutcomes.for_search(
         str(a.path), str(b.path), drive, backend, str(tree_class), repr(scenario))
@@ -111,11 +112,20 @@ def _explain_one(a_spec: str, b_spec: str, scenario: Any, drive: str, backend: s
 
 
 class _Replaying:
-    """What both drives' replayers share: a hybrid is driven by A's adapter (its version file is
-    A's), and again by B's when that one cannot drive it (a hybrid holding B's ``global_config.py``
-    lacks what A's adapter reads there): an adapter is kvparity's, not the code under search."""
+    """One scenario replayed by a drive of A against a folder (B, or a hybrid): the drive's player
+    plays it and its checker judges it (``Checker.identical``, ``Checker.broken``). A hybrid is
+    driven by A's adapter (its version file is A's), and again by B's when that one cannot drive it
+    (a hybrid holding B's ``global_config.py`` lacks what A's adapter reads there): an adapter is
+    kvparity's, not the code under search."""
 
     b_entry = ""  # the release whose adapter entry drives B (set before the first play)
+
+    def __init__(self, scenario: Any, drive_for: Callable[[Any], tuple[Any, Callable[[], None]]],
+                 close: Callable[[], None] = lambda: None) -> None:
+        """``drive_for(source)``: a drive of A against ``source`` and what to close after its one
+        play besides the drive (the caller's players it was given)."""
+        self.scenario, self.drive_for, self._close = scenario, drive_for, close
+        self.drive: Any = None
 
     def play(self, folder: str) -> Any:
         import dataclasses
@@ -134,89 +144,50 @@ class _Replaying:
             pass
         return self._play(dataclasses.replace(source, entry_release=self.b_entry))
 
-    def _play(self, source: Any) -> Any: ...
+    def _play(self, source: Any) -> Any:
+        self.drive, done = self.drive_for(source)
+        try:
+            return self.drive.play(self.scenario)
+        finally:
+            self.drive.close()
+            done()
 
-    def broken(self, played: Any) -> str | None: ...
+    def same(self, played: Any, first: Any) -> bool:
+        return bool(self.drive.identical(played, first))
+
+    def broken(self, played: Any) -> str | None:
+        broke: str | None = self.drive.broken(played)
+        return broke
+
+    def close(self) -> None:
+        self._close()
 
 
-class _SchedulerReplayer(_Replaying):
+def _scheduler_replaying(a: Any, scenario: Any) -> _Replaying:
     """A traffic scenario, scheduler-driven: A's own scheduler (played once) against the folder's."""
+    from kvparity.engine.real.door import RealTrafficPlayer
+    from kvparity.engine.traffic_players import CachingPlayer
+    from kvparity.run.scheduler_drive import PlayerSpec, SchedulerDrive, SchedulerSpec
 
-    def __init__(self, a: Any, scenario: Any) -> None:
-        from kvparity.engine.real.door import RealTrafficPlayer
-        from kvparity.engine.traffic_players import CachingPlayer
+    reference = CachingPlayer(RealTrafficPlayer(a))
 
-        self.a, self.scenario = a, scenario
-        self.reference = CachingPlayer(RealTrafficPlayer(a))
-        self.drive: Any = None
+    def drive_for(source: Any) -> tuple[Any, Callable[[], None]]:
+        player = RealTrafficPlayer(source)  # the drive's caller's: closed after the play, A's at the end
+        spec = SchedulerSpec(PlayerSpec("real", a.path), PlayerSpec("real", source.path))
+        return SchedulerDrive(spec, players=(reference, player)), player.close
 
-    def _play(self, source: Any) -> Any:
-        from kvparity.engine.real.door import RealTrafficPlayer
-        from kvparity.run.scheduler_drive import PlayerSpec, SchedulerDrive, SchedulerSpec
-
-        player = RealTrafficPlayer(source)
-        self.drive = SchedulerDrive(SchedulerSpec(PlayerSpec("real", self.a.path), PlayerSpec("real", source.path)),
-                                    players=(self.reference, player))
-        try:
-            return self.drive.play(self.scenario)
-        finally:
-            self.drive.close()
-            player.close()
-
-    def same(self, played: Any, first: Any) -> bool:
-        return bool(self.drive.same(played, first))
-
-    def broken(self, played: Any) -> str | None:
-        """A scheduler that raised, even where the judgement shows another symptom first (the
-        earliest): a hybrid that differs first as B does and raises later reproduces nothing."""
-        if played.kind == "error":
-            return str(played.line)
-        (_, run), _ = played.result
-        if run.error is None:
-            return None
-        where = f" (at {run.error.where})" if run.error.where else ""  # explain learns B's version of that function
-        return f"iteration {run.error.iteration}: the scheduler raised {run.error.message}{where}"
-
-    def close(self) -> None:
-        self.reference.close()
+    return _Replaying(scenario, drive_for, reference.close)
 
 
-class _HarnessReplayer(_Replaying):
+def _harness_replaying(a: Any, scenario: Any, backend: str, tree_class: str | None) -> _Replaying:
     """A step scenario, harness-driven: kvparity's loop over A's world and the folder's."""
+    from kvparity.run.harness_drive import HarnessSpec
 
-    def __init__(self, a: Any, scenario: Any, backend: str, tree_class: str | None) -> None:
-        self.a, self.scenario, self.backend, self.tree_class = a, scenario, backend, tree_class
-        self.drive: Any = None
+    def drive_for(source: Any) -> tuple[Any, Callable[[], None]]:
+        spec = HarnessSpec((("legacy", "torch"),), (a, source), (backend,), tree_class, real_reference=True)
+        return spec.build(), lambda: None
 
-    def _play(self, source: Any) -> Any:
-        from kvparity.run.harness_drive import HarnessSpec
-
-        spec = HarnessSpec((("legacy", "torch"),), (self.a, source), (self.backend,), self.tree_class,
-                           real_reference=True)
-        self.drive = spec.build()
-        try:
-            return self.drive.play(self.scenario)
-        finally:
-            self.drive.close()
-
-    def same(self, played: Any, first: Any) -> bool:
-        """The same first difference, to the detail (the drive's own ``same``, for shrinking, keeps
-        only its kind: a world that fails to run would pass for any difference)."""
-        return played.line == first.line and _first_divergence(played) == _first_divergence(first)
-
-    def broken(self, played: Any) -> str | None:
-        from kvparity.run.runner import REAL_FAILED
-
-        failed = [d for d in played.result.divergences if d.what == REAL_FAILED and d.world != d.reference]
-        return failed[0].line() if failed else None
-
-    def close(self) -> None:
-        pass
-
-
-def _first_divergence(played: Any) -> tuple[str, str] | None:
-    divergences = played.result.divergences if played.result is not None else []
-    return (divergences[0].what, divergences[0].detail) if divergences else None
+    return _Replaying(scenario, drive_for)
 
 
 # ---- a whole matrix --------------------------------------------------------------------------------

@@ -83,10 +83,20 @@ class Player(Protocol[S_contra]):
 
 
 class Checker(Protocol):
-    """Whether a smaller scenario still shows what the first showed."""
+    """Whether another play shows what the first showed, and whether a play could be judged at all."""
 
     def same(self, played: Played, first: Played) -> bool:
-        """Whether a candidate keeps the first difference (the same kind of it)."""
+        """Whether a candidate keeps the first difference (the same kind of it: what shrinking keeps)."""
+        ...
+
+    def identical(self, played: Played, first: Played) -> bool:
+        """Whether ``played`` differs as ``first`` does, to the detail (what explain's hybrids must
+        reproduce: a world that fails to run would pass ``same`` for any difference)."""
+        ...
+
+    def broken(self, played: Played) -> str | None:
+        """Why the checked world or player could not be judged (its SGLang raised, its world
+        failed), even where another symptom shows first; None when it ran."""
         ...
 
 

@@ -26,7 +26,7 @@ from kvparity.run.candidates import step_candidates
 from kvparity.run.drive import Task
 from kvparity.run.minimize import DEFAULT_BUDGET_S, failure_kind
 from kvparity.run.plan import FINDING_BUDGET_S, SweepPlan, shards
-from kvparity.run.runner import run_scenario
+from kvparity.run.runner import REAL_FAILED, run_scenario
 
 
 def per_template(examples: int) -> int:
@@ -131,6 +131,13 @@ class HarnessDrive:
     def same(self, played: Played, first: Played) -> bool:
         return played.kind == first.kind
 
+    def identical(self, played: Played, first: Played) -> bool:
+        return played.line == first.line and _first_divergence(played) == _first_divergence(first)
+
+    def broken(self, played: Played) -> str | None:
+        failed = [d for d in played.result.divergences if d.what == REAL_FAILED and d.world != d.reference]
+        return failed[0].line() if failed else None
+
     def targets(self, played: Played) -> dict[str, float]:
         return {}  # the templates steer by construction (warm start, chunked rounds, ...)
 
@@ -206,6 +213,11 @@ class HarnessDrive:
     def close(self) -> None:
         if self.owns_lane and self.lane is not None:
             self.lane.close()
+
+
+def _first_divergence(played: Played) -> tuple[str, str] | None:
+    divergences = played.result.divergences if played.result is not None else []
+    return (divergences[0].what, divergences[0].detail) if divergences else None
 
 
 def _first_line(result: RunResult) -> str:

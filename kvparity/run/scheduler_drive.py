@@ -227,6 +227,18 @@ class SchedulerDrive:
             return mine.decision.field == theirs.decision.field
         return True
 
+    def identical(self, played: Played, first: Played) -> bool:
+        return self.same(played, first)
+
+    def broken(self, played: Played) -> str | None:
+        if played.kind == "error":
+            return str(played.line)
+        (_, run), _ = played.result
+        if run.error is None:
+            return None
+        where = f" (at {run.error.where})" if run.error.where else ""  # explain learns B's version of that function
+        return f"iteration {run.error.iteration}: the scheduler raised {run.error.message}{where}"
+
     def targets(self, played: Played) -> dict[str, float]:
         """The rare shapes (``TRAFFIC_RARE``) the reference's run met, counted: Hypothesis steers
         toward scenarios that meet them more often."""

@@ -222,17 +222,20 @@ def test_a_scheduler_that_raised_is_broken_even_where_a_decision_difference_show
     the same: a hybrid broken where B was not is unresolved even when its first difference is B's."""
     from types import SimpleNamespace
 
-    from kvparity.cli.explain import _SchedulerReplayer
+    from kvparity.cli.explain import _Replaying
     from kvparity.model.traffic_records import StopError
     from kvparity.run.explain import Explanation, _Search
+    from kvparity.run.scheduler_drive import SchedulerDrive
 
     def played(error):
         run = SimpleNamespace(error=error)
         return SimpleNamespace(kind="decision", line="iteration 37: mode 'EXTEND' != 'DECODE'",
                                result=((SimpleNamespace(error=None), run), None))
 
-    replayer = _SchedulerReplayer.__new__(_SchedulerReplayer)
-    replayer.same = lambda p, first: p.line == first.line
+    drive = SchedulerDrive.__new__(SchedulerDrive)  # its checker part judges the hybrid's play
+    drive.same = lambda p, first: p.line == first.line
+    replayer = _Replaying(None, lambda source: (drive, lambda: None))
+    replayer.drive = drive
     stopped = played(StopError(37, "TypeError: cannot unpack non-iterable PoolStats object",
                                "sglang/srt/managers/scheduler.py:12 in on_idle"))
     assert replayer.broken(played(None)) is None
@@ -307,17 +310,23 @@ def test_a_hybrid_as_adapter_cannot_drive_is_driven_by_bs(monkeypatch):
                         lambda folder: SGLangSource(folder, "0.5.3.post1", "path", "0.5.3.post1"))
     driven = []
 
-    class Replayer(_Replaying):
-        def _play(self, source):
-            driven.append(source.entry.version)
-            if source.entry.version == "0.5.3.post1":
+    class Drive:  # a drive of A against one source: its player raises where A's adapter cannot drive it
+        def __init__(self, source):
+            self.source = source
+
+        def play(self, scenario):
+            driven.append(self.source.entry.version)
+            if self.source.entry.version == "0.5.3.post1":
                 raise RealSGLangError("'GlobalConfig' object has no attribute 'default_init_new_token_ratio'")
             return "played"
 
         def broken(self, played):
             return None
 
-    replayer = Replayer()
+        def close(self):
+            pass
+
+    replayer = _Replaying("scenario", lambda source: (Drive(source), lambda: None))
     replayer.b_entry = "0.5.3.post2"
     assert replayer.play("hybrid") == "played" and driven == ["0.5.3.post1", "0.5.3.post2"]
 
