@@ -307,7 +307,8 @@ RELEASES: tuple[Release, ...] = (
         "0.5.13", shell="Shell0513",
         generation=("components", "scheduler components (receiver, streamer, result processor, checker, ...)"),
         entry=dict(input_ids_type="array", admission="fill_len", host_pool_imports_kvcacheio=False,
-            swa_allocator="sglang.srt.mem_cache.allocator.swa:SWATokenToKVPoolAllocator", batch_rows_on_host=True),
+            swa_allocator="sglang.srt.mem_cache.allocator.swa:SWATokenToKVPoolAllocator", batch_rows_on_host=True,
+            needs_host_load_back=True),
         changes=(
             Change(BEHAVIOUR, "the PrefillAdder recomputes extend_logprob_start_len (set_extend_input_len) for the "
                    "chunked request's next chunk too; fill_ids become full_untruncated_fill_ids up to fill_len"),
@@ -420,7 +421,8 @@ RELEASES: tuple[Release, ...] = (
     ),
     Release(
         "0.5.20", shell="Shell0520",
-        entry=dict(host_loaded_length=True, lock_receipt=True, permanent_parallel_override=True),
+        entry=dict(host_loaded_length=True, lock_receipt=True, permanent_parallel_override=True,
+            cache_request_handle=True),
         changes=(
             Change(BEHAVIOUR, "with a storage tier, a Mamba model's prefetch takes its state host slots at hit "
                    "time, next to the KV's, so the storage query holds no host memory, where 0.5.19 took them as "

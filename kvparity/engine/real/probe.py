@@ -131,7 +131,9 @@ def entry_facts(entry: VersionEntry) -> list[Fact]:
     facts += [Fact(f"{UNIFIED_RADIX_CACHE}._execute_kv_backup", present=entry.unified_tree_core),
               Fact(f"{_SB}:ScheduleBatch.req_pool_indices_cpu", present=entry.batch_rows_on_host),
               Fact(f"{_REQ}.host_loaded_length", present=entry.host_loaded_length),
-              Fact(f"{_REQ}.lock_receipt", present=entry.lock_receipt)]
+              Fact(f"{_REQ}.lock_receipt", present=entry.lock_receipt),
+              Fact(f"{_REQ}.needs_host_load_back", present=entry.needs_host_load_back),
+              Fact(f"{_REQ}.cache_request_handle", present=entry.cache_request_handle)]
     facts += _host_tier_facts(entry)
     facts += _hybrid_cache_facts(entry)
     facts += _admission_facts(entry.admission)

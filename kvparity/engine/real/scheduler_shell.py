@@ -534,18 +534,19 @@ def _record_admission_budget(mod: Any, shell: Any) -> None:
             started = set(getattr(shell.tree_cache, "ongoing_load_back", None) or ()) - before
             if started:
                 shell._kvp_loading[req.rid] = started
-            if getattr(result, "name", None) == "NO_TOKEN" and _waits_on_host(req):
+            if getattr(result, "name", None) == "NO_TOKEN" and _waits_on_host(shell._kvp_entry, req):
                 count_refused_load(shell.tree_cache)
             return result
 
     mod.PrefillAdder = RecordingAdder
 
 
-def _waits_on_host(req: Any) -> bool:
+def _waits_on_host(entry: VersionEntry, req: Any) -> bool:
     """Whether a request's prefix waits on the host: SGLang's own answer where the release has one
-    (0.5.19+: its KV, its window or its Mamba state there), else whether its KV is."""
-    needs = getattr(req, "needs_host_load_back", None)
-    return bool(needs()) if needs is not None else (getattr(req, "host_hit_length", 0) or 0) > 0
+    (0.5.13+: its KV, its window or its Mamba state there), else whether its KV is."""
+    if entry.needs_host_load_back:
+        return bool(req.needs_host_load_back())
+    return (getattr(req, "host_hit_length", 0) or 0) > 0
 
 
 def _held_reqs(shell: Any) -> list[Any]:
@@ -585,9 +586,9 @@ def _loading_back(shell: Any, req: Any) -> bool:
 def _prefetching(shell: Any, req: Any) -> bool:
     """Whether the tree is fetching the request's prefix from storage: its ongoing prefetches are
     keyed by request id (HiRadixCache, UnifiedRadixCache to 0.5.22) or by the request's cache
-    handle (0.5.23); a tree without a storage tier has none."""
+    handle (0.5.23; requests carry one from 0.5.20); a tree without a storage tier has none."""
     ongoing = getattr(shell.tree_cache, "ongoing_prefetch", None) or {}
-    handle = getattr(req, "cache_request_handle", None)
+    handle = req.cache_request_handle if shell._kvp_entry.cache_request_handle else None
     return req.rid in ongoing or (handle is not None and handle in ongoing)
 
 

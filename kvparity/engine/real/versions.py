@@ -173,6 +173,11 @@ class VersionEntry:
     batched_page_transfer: bool = False
     controller_rank_functions: bool = True
     permanent_parallel_override: bool = False
+    # Req answers whether its prefix waits on the host, ``needs_host_load_back()`` (0.5.13+), and
+    # carries a cache request handle, ``cache_request_handle`` (0.5.20+; a prefetch is keyed by it
+    # from 0.5.23).
+    needs_host_load_back: bool = False
+    cache_request_handle: bool = False
 
     @property
     def serves_mamba(self) -> bool:
