@@ -611,17 +611,20 @@ def test_a_mamba_load_back_backed_off_by_another_loads_pin_extends_from_the_empt
 
 
 def test_a_refused_request_counts_as_a_refused_load_back_when_any_of_its_prefix_waits_on_the_host():
-    """SGLang's own answer where a release has one (0.5.19+): a Mamba model's request whose state
-    alone waits on the host (its KV on the device) needs a load-back as much as one whose KV does.
-    Before 0.5.19, only the KV's host hit says so."""
+    """SGLang's own answer where a release has one (0.5.13+, ``VersionEntry.needs_host_load_back``):
+    a Mamba model's request whose state alone waits on the host (its KV on the device) needs a
+    load-back as much as one whose KV does. Before 0.5.13, only the KV's host hit says so."""
     from types import SimpleNamespace
 
     from kvparity.engine.real.scheduler_shell import _waits_on_host
+    from kvparity.engine.real.versions import SUPPORTED
 
+    answers, before = SUPPORTED["0.5.13"], SUPPORTED["0.5.12.post1"]
     state_only = SimpleNamespace(host_hit_length=0, needs_host_load_back=lambda: True)
-    assert _waits_on_host(state_only)
-    assert not _waits_on_host(SimpleNamespace(host_hit_length=0, needs_host_load_back=lambda: False))
-    assert _waits_on_host(SimpleNamespace(host_hit_length=3)) and not _waits_on_host(SimpleNamespace(host_hit_length=0))
+    assert _waits_on_host(answers, state_only) and not _waits_on_host(before, state_only)
+    assert not _waits_on_host(answers, SimpleNamespace(host_hit_length=3, needs_host_load_back=lambda: False))
+    assert _waits_on_host(before, SimpleNamespace(host_hit_length=3))
+    assert not _waits_on_host(before, SimpleNamespace(host_hit_length=0))
 
 
 def called_off_state_load_back_scenario(**change: object) -> TrafficScenario:
