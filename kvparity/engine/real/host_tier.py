@@ -396,7 +396,7 @@ def _driven(tree: Any, tier: HostTier, folder: str | None, entry: VersionEntry, 
     host = host_pool(tree)
     # Its storage path asks torch for pinned scratch pages otherwise (each pool of a group: a Mamba
     # model's state host pool too).
-    for pool in [entry.host_pool for entry in getattr(tree.cache_controller.mem_pool_host, "entries", ())] or [host]:
+    for pool in [group.host_pool for group in getattr(tree.cache_controller.mem_pool_host, "entries", ())] or [host]:
         pool.pin_memory = False
     _count_refusals(tree, entry.unified_tree_core if unified else None)
     if folder is not None:
