@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from types import ModuleType
 from typing import Any
 
+from kvparity.engine.releases import changes_between
 from kvparity.judge.power import parse_reach, scenarios_for
 from kvparity.model.worlds import MODELLED_RELEASES
 
@@ -168,8 +169,6 @@ def scheduler_spec(real: Any, caches: tuple[str, ...] | None = None, undo_change
 
 def undo_problem(real: Any) -> str | None:
     """Why ``--undo-changes`` cannot be played (a sentence), or None."""
-    from kvparity.engine.releases import changes_between
-
     if real is None or real.reference is None:
         return "--undo-changes undoes a release's named changes: it needs --sglang B --against A, both real"
     reference, checked = real.reference.version, real.checked.version

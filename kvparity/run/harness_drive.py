@@ -14,6 +14,7 @@ from typing import Any
 
 from kvparity import caches
 from kvparity.engine.release_order import version_key
+from kvparity.engine.releases import changes_between
 from kvparity.judge.compare import KNOWN_VERSION_DIFFERENCES, RENUMBERED_BETWEEN_RELEASES
 from kvparity.judge.run_result import RunResult
 from kvparity.judge.verdict import Finding, Played, Verdict
@@ -151,8 +152,6 @@ class HarnessDrive:
         difference is the memory path's own."""
         if self.lane is None or not self.spec.real_reference or played.kind != "disagree":
             return None
-        from kvparity.engine.releases import changes_between
-
         reference = self.lane.ids[0]
         differing = {d.world for d in played.result.divergences}
         for world in self.lane.ids[1:]:
