@@ -8,7 +8,7 @@ from kvparity.model.traffic import LOOPS
 KIND = CacheKind(
     name="full", label="full attention", loops=LOOPS, host_tier=False, default=True,
     served_by=lambda release: True,
-    describes=lambda config: True,
+    caches=(),
     serve=lambda draw, config, options: config,
     harness_options=lambda geometry, offer: {},
     harness_paged=lambda paged_windows: True,

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from kvparity.caches.pool import PoolRecord
-from kvparity.model.traffic import HostOffer, ServerConfig, TrafficScenario
+from kvparity.model.traffic import CacheConfig, HostOffer, ServerConfig, TrafficScenario
 from kvparity.model.traffic_records import Decision
 from kvparity.model.traffic_strategies import ServeOptions
 
@@ -75,7 +75,7 @@ class CacheKind:
     host_tier: bool  # served with a host tier (HiCache)
     default: bool  # served by a real pair's check unless ``--caches`` says (a host tier is asked for by name)
     served_by: Callable[[ReleaseFacts], bool]  # whether kvparity drives a release serving it
-    describes: Callable[[ServerConfig], bool]  # whether a server is of this kind (the most specific kind first)
+    caches: tuple[type[CacheConfig], ...]  # what its server holds beside full attention (``ServerConfig.caches``)
     serve: Serve  # its server, drawn (``traffic_scenarios``)
     # The harness drive's worlds: their options, sized for a scenario's geometry under the host
     # tiers a release pair takes, and whether their templates take page sizes above 1 (given
@@ -84,6 +84,10 @@ class CacheKind:
     harness_paged: Callable[[bool], bool]
     classes: tuple[str, ...] = ()  # the scenario shapes of its own a report counts (``kvparity.model.classes``)
     reached: Reached = nothing_of_its_own  # which of them a run met
+
+    def describes(self, config: ServerConfig) -> bool:
+        """Whether ``config`` is a server of this kind: it holds this kind's caches, no other."""
+        return {type(part) for part in config.caches} == set(self.caches)
 
     @property
     def hybrid(self) -> bool:

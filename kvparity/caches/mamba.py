@@ -3,13 +3,14 @@ states without a buffer (page size 1, the normal loop only)."""
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Sequence
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, ClassVar
 
 from hypothesis import strategies as st
 
 from kvparity.caches.kind import CacheKind, Memory
+from kvparity.caches.sliding_window import SlidingWindow
 from kvparity.caches.state_pool import POOL
 from kvparity.model.classes import (
     TRAFFIC_STATE,
@@ -18,8 +19,36 @@ from kvparity.model.classes import (
     TRAFFIC_STATE_RETRACTED_RESTORED,
     TRAFFIC_STATE_RETRACTION,
 )
-from kvparity.model.traffic import MAMBA_SLOTS_PER_REQUEST, ServerConfig, TrafficScenario
+from kvparity.model.traffic import ServerConfig, TrafficScenario
 from kvparity.model.traffic_records import Decision
+
+# A Mamba model's server caps its running requests at a third of its state slots with a prefix
+# cache (SGLang's MAMBA_CACHE_SIZE_MAX_RUNNING_REQUESTS_RATIO, every release with a Mamba tree): a
+# request's own state, the one its match copies from, and one the tree keeps.
+MAMBA_SLOTS_PER_REQUEST = 3
+
+
+@dataclass(frozen=True)
+class MambaStates:
+    """A hybrid linear (Mamba) model's server (issue 34): its recurrent-state pool's slots (SGLang's
+    --max-mamba-cache-size; a request holds one while it runs, the tree keeps others; at least
+    MAMBA_SLOTS_PER_REQUEST per running request, as a server caps them). Its tree caches states
+    without a buffer (SGLang's "no_buffer": page size 1, the normal loop)."""
+
+    FLAT: ClassVar[dict[str, str]] = {"mamba_slots": "slots"}
+
+    slots: int
+
+    def check(self, server: ServerConfig) -> None:
+        if server.part(SlidingWindow) is not None:
+            raise ValueError("ServerConfig: a model with both a sliding window and Mamba layers is not driven yet")
+        if self.slots < MAMBA_SLOTS_PER_REQUEST * server.max_running_requests:
+            raise ValueError(f"ServerConfig.mamba_slots={self.slots}: a server with a prefix cache runs at most "
+                             f"one request per {MAMBA_SLOTS_PER_REQUEST} state slots "
+                             f"(max_running_requests={server.max_running_requests})")
+        if server.page_size != 1 or server.loop != "normal":
+            raise ValueError(f"ServerConfig: a Mamba model's tree without a state buffer (no_buffer) serves page "
+                             f"size 1 in the normal loop only (page_size={server.page_size}, loop={server.loop!r})")
 
 
 @st.composite
@@ -28,7 +57,7 @@ def mamba_models(draw: Any, config: ServerConfig) -> ServerConfig:
     buffer), state slots from the fewest a server runs its requests with (the tree's states are
     evicted to admit more) to a few more."""
     least = MAMBA_SLOTS_PER_REQUEST * config.max_running_requests
-    return dataclasses.replace(config, page_size=1, mamba_slots=draw(st.sampled_from((least, least + 2, least + 8))))
+    return config.with_part(MambaStates(draw(st.sampled_from((least, least + 2, least + 8)))), page_size=1)
 
 
 def harness_options(geometry: Any, offer: Any) -> dict[str, Any]:
@@ -69,7 +98,7 @@ def state_classes(scenario: TrafficScenario, decisions: Sequence[Decision], memo
 KIND = CacheKind(
     name="mamba", label="Mamba", loops=("normal",), host_tier=False, default=True,
     served_by=lambda release: release.serves_mamba,
-    describes=lambda config: config.mamba_slots is not None and config.hicache_ratio is None,
+    caches=(MambaStates,),
     serve=lambda draw, config, options: draw(mamba_models(config)),
     harness_options=harness_options,
     harness_paged=lambda paged_windows: False,

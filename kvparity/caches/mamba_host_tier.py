@@ -8,12 +8,12 @@ from typing import Any
 
 from kvparity.caches.host_pool import STATE_POOL
 from kvparity.caches.host_tier import KIND as HOST
-from kvparity.caches.host_tier import OnTheHostAlone, host_classes, host_tiers, loaded_back, on_the_host_alone
+from kvparity.caches.host_tier import HostTier, OnTheHostAlone, host_classes, host_tiers, loaded_back, on_the_host_alone
 from kvparity.caches.host_tier import harness_options as host_options
 from kvparity.caches.kind import CacheKind, Memory
 from kvparity.caches.mamba import KIND as MAMBA
+from kvparity.caches.mamba import MambaStates, mamba_models, state_classes
 from kvparity.caches.mamba import harness_options as state_options
-from kvparity.caches.mamba import mamba_models, state_classes
 from kvparity.model.classes import TRAFFIC_STATE_LOAD_BACK
 from kvparity.model.traffic import HostOffer, ServerConfig, TrafficScenario
 from kvparity.model.traffic_records import Decision
@@ -53,7 +53,7 @@ def reached(scenario: TrafficScenario, decisions: Sequence[Decision], memory: Se
 KIND = CacheKind(
     name="hicache-mamba", label="Mamba host tier (HiCache)", loops=MAMBA.loops, host_tier=True, default=False,
     served_by=lambda release: release.host_mamba,
-    describes=lambda config: config.mamba_slots is not None and config.hicache_ratio is not None,
+    caches=(MambaStates, HostTier),
     serve=serve,
     harness_options=harness_options,
     harness_paged=lambda paged_windows: False,

@@ -38,5 +38,8 @@ def classes() -> tuple[str, ...]:
 
 
 def kind_of(config: ServerConfig) -> CacheKind:
-    """The kind a server is of: the last registered that describes it (the most specific)."""
-    return [kind for kind in KINDS.values() if kind.describes(config)][-1]
+    """The kind a server is of: the one whose caches it holds."""
+    found = [kind for kind in KINDS.values() if kind.describes(config)]
+    if not found:
+        raise ValueError(f"no cache kind holds {', '.join(type(p).__name__ for p in config.caches)}")
+    return found[0]

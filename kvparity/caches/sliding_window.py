@@ -3,9 +3,9 @@ page to beyond any prompt."""
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Sequence
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, ClassVar
 
 from hypothesis import strategies as st
 
@@ -20,8 +20,67 @@ from kvparity.model.classes import (
     TRAFFIC_WINDOW_OFF_PAGE,
     TRAFFIC_WINDOW_RETRACTION,
 )
-from kvparity.model.traffic import BELOW_A_PAGE, LOOPS, ServerConfig, TrafficScenario, window_slots
+from kvparity.model.traffic import LOOPS, ServerConfig, TrafficScenario
 from kvparity.model.traffic_records import Decision
+
+# A window pool, as a share of the server's full pool (SGLang's default ``--swa-full-tokens-ratio``).
+SWA_FULL_TOKENS_RATIO = 0.8
+# ``SlidingWindow.at_odds``'s answers.
+BELOW_A_PAGE, BETWEEN_PAGES = "below a page", "between pages"
+
+
+def window_slots(kv_slots: int, page_size: int, swa_kv_slots: int | None) -> int:
+    """A sliding-window server's window pool: ``swa_kv_slots``, or the server's default share of
+    its full pool in whole pages."""
+    if swa_kv_slots is not None:
+        return swa_kv_slots
+    return int(kv_slots * SWA_FULL_TOKENS_RATIO) // page_size * page_size
+
+
+@dataclass(frozen=True)
+class SlidingWindow:
+    """A hybrid sliding-window model's server (issue 34): its window (tokens a window layer attends
+    to), its window pool's slots (None: SGLang's default share of the full pool) and how many
+    tokens must slide out of a request's window before its window slots are freed (SGLang's
+    SGLANG_SWA_EVICTION_INTERVAL, 0.5.16+; None: its default, 128)."""
+
+    FLAT: ClassVar[dict[str, str]] = {"sliding_window": "size", "swa_kv_slots": "kv_slots",
+                                      "swa_eviction_interval": "eviction_interval"}
+
+    size: int
+    kv_slots: int | None = None
+    eviction_interval: int | None = None
+
+    def slots(self, server: ServerConfig) -> int:
+        """Its window pool's slots on ``server``."""
+        return window_slots(server.kv_slots, server.page_size, self.kv_slots)
+
+    def at_odds(self, page_size: int) -> str | None:
+        """How the window sits against the page where window bugs live: ``BELOW_A_PAGE`` (smaller
+        than one) or ``BETWEEN_PAGES`` (past one, not a whole number of them); None at page size
+        1 or on a whole number of pages."""
+        if page_size == 1:
+            return None
+        if self.size < page_size:
+            return BELOW_A_PAGE
+        return BETWEEN_PAGES if self.size % page_size else None
+
+    def check(self, server: ServerConfig) -> None:
+        if self.eviction_interval is not None and self.eviction_interval < 1:
+            raise ValueError(f"ServerConfig.swa_eviction_interval={self.eviction_interval}: must be >= 1")
+        if self.size < 1:
+            raise ValueError(f"ServerConfig.sliding_window={self.size}: must be >= 1, or None for none")
+        slots = self.slots(server)
+        if slots < server.page_size or slots % server.page_size:
+            raise ValueError(f"ServerConfig: the window pool's {slots} slots must be whole pages of "
+                             f"page_size={server.page_size} (at least one)")
+
+
+def window_at_odds(config: ServerConfig) -> str | None:
+    """A server's window against its page (``SlidingWindow.at_odds``; None without a window)."""
+    window = config.part(SlidingWindow)
+    return None if window is None else window.at_odds(config.page_size)
+
 
 # Its window in the harness drive's worlds: below most drawn prompts (the window slides), above a
 # page; its slots are freed every 2 tokens that slide out (SGLang's default, 128, is past every
@@ -41,12 +100,11 @@ def windows(draw: Any, config: ServerConfig, window_pages: tuple[int, ...]) -> S
     chunked = config.chunked_prefill_size
     if chunked is not None:
         chunked = -(-chunked // page_size) * page_size
-    return dataclasses.replace(
-        config, page_size=page_size, chunked_prefill_size=chunked,
-        # 80: beyond every drawn prompt, within every drawn window pool (a window wider than its
-        # pool is no server's: SGLang then admits nothing and the run stalls).
-        sliding_window=draw(st.sampled_from((8, 1, 3, 6, 16, 10, 80))),
-        swa_eviction_interval=draw(st.sampled_from((1, 4, 1, None))))
+    # 80: beyond every drawn prompt, within every drawn window pool (a window wider than its pool
+    # is no server's: SGLang then admits nothing and the run stalls).
+    size = draw(st.sampled_from((8, 1, 3, 6, 16, 10, 80)))
+    window = SlidingWindow(size, eviction_interval=draw(st.sampled_from((1, 4, 1, None))))
+    return config.with_part(window, page_size=page_size, chunked_prefill_size=chunked)
 
 
 def harness_options(geometry: Any, offer: Any) -> dict[str, Any]:
@@ -83,7 +141,7 @@ def window_geometry_classes(scenario: TrafficScenario, window_met: set[str]) -> 
     """The window's geometry against the page, where the run's window freed slots (``window_met``,
     its ``window_classes``: its frontier was computed under it): smaller than a page, or past one
     and not a whole number of them."""
-    odds = scenario.config.window_at_odds
+    odds = window_at_odds(scenario.config)
     if odds is None or not window_met & {TRAFFIC_WINDOW_EVICTED, TRAFFIC_TOMBSTONE}:
         return set()
     return {TRAFFIC_WINDOW_BELOW_PAGE if odds == BELOW_A_PAGE else TRAFFIC_WINDOW_OFF_PAGE}
@@ -97,7 +155,7 @@ def reached(scenario: TrafficScenario, decisions: Sequence[Decision], memory: Se
 KIND = CacheKind(
     name="swa", label="sliding window", loops=LOOPS, host_tier=False, default=True,
     served_by=lambda release: True,
-    describes=lambda config: config.sliding_window is not None and config.mamba_slots is None,
+    caches=(SlidingWindow,),
     serve=lambda draw, config, options: draw(windows(config, options.window_pages)),
     harness_options=harness_options,
     # Pages above 1 where every release of the lane pages its window pool.

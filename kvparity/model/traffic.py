@@ -7,8 +7,8 @@ own loop decides. Plain, frozen data, printable as Python (``to_python``) and as
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass, field, fields
-from typing import Any
+from dataclasses import dataclass, field, fields, replace
+from typing import Any, ClassVar, Protocol, TypeVar
 
 from kvparity.mem_cache.schedule_policy import POLICIES
 from kvparity.model.classes import TRAFFIC_ABORTS
@@ -16,7 +16,6 @@ from kvparity.model.scenario import tokens_python
 from kvparity.model.worlds import Geometry
 
 LOOPS = ("normal", "overlap")
-# The cache kinds a server may serve are registered in ``kvparity.caches``.
 # The write policies of a host tier (SGLang's --hicache-write-policy).
 HICACHE_WRITE_POLICIES = ("write_through", "write_back", "write_through_selective")
 
@@ -35,24 +34,9 @@ class HostOffer:
 
 
 EVERY_HOST_TIER = HostOffer()  # what a release from 0.5.15 serves
-# A sliding-window server's window pool, as a share of its full pool (SGLang's default
-# ``--swa-full-tokens-ratio``).
-SWA_FULL_TOKENS_RATIO = 0.8
 # The context length of a traffic server (the width of its request rows; the shell's default
 # ``max_context_len``): it caps every request's outputs as SGLang's ``max_req_len`` does.
 MAX_CONTEXT_LEN = 4096
-# A Mamba model's server caps its running requests at a third of its state slots with a prefix
-# cache (SGLang's MAMBA_CACHE_SIZE_MAX_RUNNING_REQUESTS_RATIO, every release with a Mamba tree): a
-# request's own state, the one its match copies from, and one the tree keeps.
-MAMBA_SLOTS_PER_REQUEST = 3
-
-
-def window_slots(kv_slots: int, page_size: int, swa_kv_slots: int | None) -> int:
-    """A sliding-window server's window pool: ``swa_kv_slots``, or the server's default share of
-    its full pool in whole pages."""
-    if swa_kv_slots is not None:
-        return swa_kv_slots
-    return int(kv_slots * SWA_FULL_TOKENS_RATIO) // page_size * page_size
 
 
 def table_width(requests: list[tuple[int, int]], page_size: int, max_context_len: int) -> int:
@@ -62,9 +46,94 @@ def table_width(requests: list[tuple[int, int]], page_size: int, max_context_len
     return min(max_context_len, longest + page_size)
 
 
-@dataclass(frozen=True)
+class CacheConfig(Protocol):
+    """What a server's cache of a kind beside full attention is configured with (a sliding
+    window, Mamba states, a host tier: each kind's record in ``kvparity.caches``). Its fields are
+    printed flat among the server's, under SGLang's names (``FLAT``: printed name -> field; the
+    first names the record: None there is no such cache), in the order the kinds register."""
+
+    FLAT: ClassVar[dict[str, str]]
+
+    def check(self, server: ServerConfig) -> None:
+        """A ValueError naming the field where this cache does not fit ``server``."""
+        ...
+
+
+# The cache records a server may hold, in the order they print (``register_cache_config``:
+# ``kvparity.caches`` registers each kind's when the package is imported).
+CACHE_CONFIGS: list[type[CacheConfig]] = []
+
+
+def register_cache_config(record: type[CacheConfig]) -> type[CacheConfig]:
+    if record in CACHE_CONFIGS or set(record.FLAT) & set(_flat_owner()):
+        raise ValueError(f"{record.__name__}: registered twice, or a printed name another cache has")
+    CACHE_CONFIGS.append(record)
+    return record
+
+
+def _flat_owner() -> dict[str, type[CacheConfig]]:
+    """Each printed name's cache record."""
+    return {name: record for record in CACHE_CONFIGS for name in record.FLAT}
+
+
+def _absent(record: type[CacheConfig]) -> dict[str, Any]:
+    """A record's printed fields where a server has none of it: its first None, the rest their defaults."""
+    defaults = {f.name: f.default for f in fields(record)}  # type: ignore[arg-type]
+    first, *rest = record.FLAT
+    return {first: None} | {name: defaults[record.FLAT[name]] for name in rest}
+
+
+def printed_fields(part: CacheConfig) -> dict[str, Any]:
+    """A cache's fields as a server prints them (by SGLang's names)."""
+    return {name: getattr(part, f) for name, f in part.FLAT.items()}
+
+
+def _cache_part(record: type[CacheConfig], given: dict[str, Any], held: CacheConfig | None) -> CacheConfig | None:
+    """A server's cache of ``record``'s kind: ``held`` with the printed fields ``given`` (None as
+    the first: none), or built from them; a field given without the record is refused by name."""
+    first = next(iter(record.FLAT))
+    known = _absent(record) if held is None else printed_fields(held)
+    merged = known | given
+    if merged[first] is None:
+        stray = {name: v for name, v in merged.items() if v != _absent(record)[name]}
+        if stray:
+            name, value = next(iter(stray.items()))
+            raise ValueError(f"ServerConfig.{name}={value!r}: needs {first}")
+        return None
+    return record(**{record.FLAT[name]: value for name, value in merged.items()})
+
+
+def cache_parts(flat: Mapping[str, Any], held: tuple[CacheConfig, ...] = ()) -> tuple[CacheConfig, ...]:
+    """The caches ``held`` with the printed fields ``flat`` (``sliding_window=8``, ...), one record
+    per kind in ``CACHE_CONFIGS``' order: what a server, or a world, is built with."""
+    owner = _flat_owner()
+    unknown = sorted(set(flat) - set(owner))
+    if unknown:
+        raise TypeError(f"ServerConfig has no field {', '.join(map(repr, unknown))}")
+    by_type = {type(part): part for part in held}
+    parts = []
+    for record in CACHE_CONFIGS:
+        part = _cache_part(record, {k: v for k, v in flat.items() if owner[k] is record}, by_type.pop(record, None))
+        parts += [] if part is None else [part]
+    if by_type:
+        raise TypeError(f"ServerConfig: no cache kind registers {', '.join(t.__name__ for t in by_type)}")
+    return tuple(parts)
+
+
+def split_cache_fields(options: Mapping[str, Any]) -> tuple[dict[str, Any], tuple[CacheConfig, ...]]:
+    """``options`` with the caches' printed fields taken out, and those as records (``cache_parts``)."""
+    owner = _flat_owner()
+    return ({k: v for k, v in options.items() if k not in owner},
+            cache_parts({k: v for k, v in options.items() if k in owner}))
+
+
+@dataclass(frozen=True, init=False, repr=False)
 class ServerConfig:
-    """What a server is started with, as far as the KV path and admission go (SGLang's names)."""
+    """What a server is started with, as far as the KV path and admission go (SGLang's names):
+    full attention's pool and scheduler, and ``caches``, what it has beside them (one record per
+    kind, in ``CACHE_CONFIGS``'s order). Built, printed (``to_python``) and carried as plain data
+    (``to_plain``) with the caches' fields flat among its own, under SGLang's names, as a server's
+    arguments are; ``part`` reads one cache's record."""
 
     schedule_policy: str = "fcfs"
     page_size: int = 1
@@ -80,74 +149,71 @@ class ServerConfig:
     # SGLang tests its Rust core against) or None (the server's default: Rust). A host tier's tree
     # runs on the Python core whatever this says.
     tree_core: str | None = None
-    # A hybrid sliding-window model (issue 34): its window (tokens a window layer attends to) and its
-    # window pool's slots (None: SGLang's default share of the full pool, ``SWA_FULL_TOKENS_RATIO``).
-    # None: full attention only.
-    sliding_window: int | None = None
-    swa_kv_slots: int | None = None
-    # How many tokens must slide out of a request's window before its window slots are freed
-    # (SGLang's SGLANG_SWA_EVICTION_INTERVAL, 0.5.16+; None: its default, 128).
-    swa_eviction_interval: int | None = None
-    # A hybrid linear (Mamba) model (issue 34): its recurrent-state pool's slots (SGLang's
-    # --max-mamba-cache-size; a request holds one while it runs, the tree keeps others; at least
-    # MAMBA_SLOTS_PER_REQUEST per running request, as a server caps them). Its tree
-    # caches states without a buffer (SGLang's "no_buffer": page size 1, the normal loop).
-    # None: no Mamba layer.
-    mamba_slots: int | None = None
-    # A host tier (issue 35: --enable-hierarchical-cache): the host pool's size as a ratio to the
-    # KV pool's (SGLang's --hicache-ratio; None: no host tier) and how it backs the device up
-    # (--hicache-write-policy). Full attention, or a Mamba model (its states backed up too).
-    hicache_ratio: float | None = None
-    hicache_write_policy: str = "write_through"
-    hicache_storage: bool = False  # SGLang's file backend as a third tier (--hicache-storage-backend file)
-    # The fault mode: every device-host transfer is acknowledged this many iterations late (a slow copy).
-    hicache_ack_delay: int = 0
-    # The storage fault mode (the nemesis): SGLang's own failure injector (0.5.23+) fails each
-    # storage call with this probability, its generator seeded with ``hicache_storage_seed`` (so a
-    # run replays its faults), for the calls whose names start with ``hicache_storage_failing``
-    # ("": every call; "batch_get": the reads of a prefetch). A release without the injector gets
-    # kvparity's faulty backend, which fails the same calls alike (``engine.real.faulty_storage``).
-    hicache_storage_failure: float = 0.0
-    hicache_storage_seed: int = 0
-    hicache_storage_failing: str = ""
-    # When a prefetch from storage may end (SGLang's --hicache-storage-prefetch-policy): "wait_complete"
-    # (when every page came) or "best_effort" (at the scheduler's first check, with what came:
-    # the release's own early termination, drawn by the nemesis).
-    hicache_prefetch_policy: str = "wait_complete"
+    # Its caches beside full attention's (``kvparity.caches``' records), printed flat here.
+    caches: tuple[CacheConfig, ...] = ()
     # Forced retraction (the nemesis): SGLang's own test switch (SGLANG_TEST_RETRACT, 0.5.4+) with this
     # interval: every that many forwards a decode batch retracts a request (the last of its
     # retraction order), whatever the memory, and keeps one. None: off. A release without it refuses it.
     forced_retraction: int | None = None
 
-    @property
-    def window_at_odds(self) -> str | None:
-        """How the window sits against the page where window bugs live: ``BELOW_A_PAGE`` (smaller
-        than one) or ``BETWEEN_PAGES`` (past one, not a whole number of them); None without a
-        window, at page size 1, or on a whole number of pages."""
-        window, page = self.sliding_window, self.page_size
-        if window is None or page == 1:
-            return None
-        if window < page:
-            return BELOW_A_PAGE
-        return BETWEEN_PAGES if window % page else None
+    def __init__(self, *, caches: tuple[CacheConfig, ...] = (), **knobs: Any) -> None:
+        own = {f.name: f.default for f in fields(self) if f.name != "caches"}
+        owner = _flat_owner()
+        unknown = sorted(set(knobs) - set(own) - set(owner))
+        if unknown:
+            raise TypeError(f"ServerConfig has no field {', '.join(map(repr, unknown))}")
+        for name, default in own.items():
+            object.__setattr__(self, name, knobs.get(name, default))
+        object.__setattr__(self, "caches", cache_parts({k: v for k, v in knobs.items() if k in owner}, caches))
+        self.__post_init__()
 
-    @property
-    def window_slots(self) -> int | None:
-        """The window pool's slots (None without a window)."""
-        return None if self.sliding_window is None else window_slots(self.kv_slots, self.page_size, self.swa_kv_slots)
+    def with_part(self, part: CacheConfig, **changes: Any) -> ServerConfig:
+        """This server holding ``part`` (in place of its cache of that kind), with its own fields
+        ``changes``."""
+        return replace(self, caches=(*(p for p in self.caches if type(p) is not type(part)), part), **changes)
+
+    def with_printed(self, **knobs: Any) -> ServerConfig:
+        """This server with fields changed by their printed names, its caches' among them
+        (``hicache_ack_delay=1``): for what draws a cache's fields without naming its kind."""
+        return ServerConfig(**(self.to_plain() | knobs))
+
+    def part(self, record: type[Part]) -> Part | None:
+        """This server's cache of ``record``'s kind (None: it has none)."""
+        return next((p for p in self.caches if isinstance(p, record)), None)
+
+    def __getattr__(self, name: str) -> Any:
+        """A cache's field by its printed name (None as the first where the server has none of it):
+        the flat form this server is written in."""
+        record = _flat_owner().get(name)
+        if record is None:
+            raise AttributeError(f"ServerConfig has no field {name!r}")
+        part = next((p for p in self.__dict__.get("caches", ()) if isinstance(p, record)), None)
+        return _absent(record)[name] if part is None else getattr(part, record.FLAT[name])
+
+    def __repr__(self) -> str:
+        return f"ServerConfig({', '.join(f'{k}={v!r}' for k, v in self.to_plain().items())})"
 
     def to_plain(self) -> dict[str, Any]:
-        """As plain data, every field named (what crosses to a worker and into a verdict's JSON)."""
-        return asdict(self)
+        """As plain data, every field named, the caches' flat in their place (what crosses to a
+        worker and into a verdict's JSON)."""
+        plain: dict[str, Any] = {}
+        for f in fields(self):
+            if f.name != "caches":
+                plain[f.name] = getattr(self, f.name)
+                continue
+            for record in CACHE_CONFIGS:
+                part = self.part(record)
+                plain |= _absent(record) if part is None else printed_fields(part)
+        return plain
 
     @classmethod
     def from_plain(cls, data: Mapping[str, Any]) -> ServerConfig:
         """``to_plain``'s inverse: a field left out takes this record's default (the one set of
         defaults, on either side of a worker); a name that is no field is refused by name."""
-        unknown = sorted(set(data) - {f.name for f in fields(cls)})
-        if unknown:
-            raise ValueError(f"ServerConfig has no field {', '.join(map(repr, unknown))}")
-        return cls(**data)
+        try:
+            return cls(**data)
+        except TypeError as exc:
+            raise ValueError(str(exc)) from None
 
     def __post_init__(self) -> None:
         if self.schedule_policy not in POLICIES:
@@ -167,61 +233,11 @@ class ServerConfig:
             raise ValueError(f"ServerConfig.chunked_prefill_size={self.chunked_prefill_size}: >= 1, or None for off")
         if self.forced_retraction is not None and self.forced_retraction < 1:
             raise ValueError(f"ServerConfig.forced_retraction={self.forced_retraction}: an interval >= 1, or None for off")
-        self._check_window()
-        self._check_mamba()
-        self._check_host_tier()
+        for part in self.caches:
+            part.check(self)
 
-    def _check_host_tier(self) -> None:
-        if self.hicache_write_policy not in HICACHE_WRITE_POLICIES:
-            raise ValueError(f"ServerConfig.hicache_write_policy={self.hicache_write_policy!r}: expected one of "
-                             f"{HICACHE_WRITE_POLICIES}")
-        if not 0 <= self.hicache_storage_failure <= 1 or (self.hicache_storage_failure and not self.hicache_storage):
-            raise ValueError(f"ServerConfig.hicache_storage_failure={self.hicache_storage_failure}: a probability, "
-                             f"with a storage tier (hicache_storage)")
-        if self.hicache_ack_delay < 0:
-            raise ValueError(f"ServerConfig.hicache_ack_delay={self.hicache_ack_delay}: must be >= 0")
-        if self.hicache_prefetch_policy not in PREFETCH_POLICIES or (
-                self.hicache_prefetch_policy != "wait_complete" and not self.hicache_storage):
-            raise ValueError(f"ServerConfig.hicache_prefetch_policy={self.hicache_prefetch_policy!r}: one of "
-                             f"{PREFETCH_POLICIES}, other than wait_complete with a storage tier (hicache_storage)")
-        if self.hicache_ratio is None:
-            if self.hicache_storage or self.hicache_ack_delay:
-                raise ValueError("ServerConfig: a storage tier or a transfer delay needs a host tier (hicache_ratio)")
-            return
-        if not self.hicache_ratio > 0:
-            raise ValueError(f"ServerConfig.hicache_ratio={self.hicache_ratio}: must be > 0, or None for no host tier")
-        if self.sliding_window is not None:
-            raise ValueError("ServerConfig: a host tier (hicache_ratio) is driven for full attention and Mamba models only")
-        if not self.radix_cache:
-            raise ValueError("ServerConfig: a host tier (hicache_ratio) needs the radix cache")
 
-    def _check_mamba(self) -> None:
-        if self.mamba_slots is None:
-            return
-        if self.sliding_window is not None:
-            raise ValueError("ServerConfig: a model with both a sliding window and Mamba layers is not driven yet")
-        if self.mamba_slots < MAMBA_SLOTS_PER_REQUEST * self.max_running_requests:
-            raise ValueError(f"ServerConfig.mamba_slots={self.mamba_slots}: a server with a prefix cache runs at most "
-                             f"one request per {MAMBA_SLOTS_PER_REQUEST} state slots "
-                             f"(max_running_requests={self.max_running_requests})")
-        if self.page_size != 1 or self.loop != "normal":
-            raise ValueError(f"ServerConfig: a Mamba model's tree without a state buffer (no_buffer) serves page "
-                             f"size 1 in the normal loop only (page_size={self.page_size}, loop={self.loop!r})")
-
-    def _check_window(self) -> None:
-        if self.sliding_window is None:
-            for name in ("swa_kv_slots", "swa_eviction_interval"):
-                if getattr(self, name) is not None:
-                    raise ValueError(f"ServerConfig.{name}={getattr(self, name)}: needs sliding_window")
-            return
-        if self.swa_eviction_interval is not None and self.swa_eviction_interval < 1:
-            raise ValueError(f"ServerConfig.swa_eviction_interval={self.swa_eviction_interval}: must be >= 1")
-        if self.sliding_window < 1:
-            raise ValueError(f"ServerConfig.sliding_window={self.sliding_window}: must be >= 1, or None for none")
-        slots = self.window_slots
-        if slots is None or slots < self.page_size or slots % self.page_size:
-            raise ValueError(f"ServerConfig: the window pool's {slots} slots must be whole pages of "
-                             f"page_size={self.page_size} (at least one)")
+Part = TypeVar("Part", bound=CacheConfig)
 
 
 @dataclass(frozen=True)
@@ -242,8 +258,6 @@ class Arrival:
 
 # The prefetch policies kvparity drives (SGLang's "timeout" reads the wall clock: no run would replay).
 PREFETCH_POLICIES = ("wait_complete", "best_effort")
-# ``ServerConfig.window_at_odds``'s answers.
-BELOW_A_PAGE, BETWEEN_PAGES = "below a page", "between pages"
 # ``TrafficScenario.abort_when``'s request that stands for any: the first found in the state.
 ANY_REQUEST = "*"
 
@@ -309,8 +323,8 @@ class TrafficScenario:
 
     def to_python(self) -> str:
         """Python source that rebuilds this scenario (``from kvparity.model.traffic import *``)."""
-        defaults = ServerConfig()
-        knobs = [f"{k}={v!r}" for k, v in asdict(self.config).items() if v != getattr(defaults, k)]
+        default = ServerConfig().to_plain()
+        knobs = [f"{k}={v!r}" for k, v in self.config.to_plain().items() if v != default[k]]
         lines = [f"TrafficScenario(ServerConfig({', '.join(knobs)}), ("]
         for group in self.arrivals:
             shown = ", ".join(f"Arrival({a.rid!r}, {tokens_python(a.tokens)}, {a.max_new_tokens})" for a in group)

@@ -232,7 +232,7 @@ def _server_faults(draw: Any, config: ServerConfig, pressure: bool, forced_retra
     if forced_retraction and not draw(st.booleans()):
         config = dataclasses.replace(config, forced_retraction=draw(st.sampled_from(FORCED_RETRACTION_INTERVALS)))
     if config.hicache_ratio is not None and not draw(st.booleans()):
-        config = dataclasses.replace(config, hicache_ack_delay=draw(st.sampled_from(LATE_ACKNOWLEDGEMENTS)))
+        config = config.with_printed(hicache_ack_delay=draw(st.sampled_from(LATE_ACKNOWLEDGEMENTS)))
     return draw(_storage_faults(config)) if config.hicache_storage else config
 
 
@@ -257,12 +257,12 @@ def _storage_faults(draw: Any, config: ServerConfig) -> ServerConfig:
     in four some of the calls ``STORAGE_FAILING`` names fail, from a drawn seed: every one first
     (the simplest draw, which each shard of a task plays: reads named first, every read fails), then
     a half or a quarter of them (a fetch that brings some of its pages)."""
-    config = dataclasses.replace(config, hicache_prefetch_policy=draw(st.sampled_from(PREFETCH_POLICIES[::-1])))
+    config = config.with_printed(hicache_prefetch_policy=draw(st.sampled_from(PREFETCH_POLICIES[::-1])))
     failure = draw(st.sampled_from((1.0, 0.5, 0.25, 0.0)))
     if not failure:
         return config
-    return dataclasses.replace(config, hicache_storage_failure=failure, hicache_storage_seed=draw(st.integers(0, 2**16 - 1)),
-                               hicache_storage_failing=draw(st.sampled_from(STORAGE_FAILING)))
+    return config.with_printed(hicache_storage_failure=failure, hicache_storage_seed=draw(st.integers(0, 2**16 - 1)),
+                              hicache_storage_failing=draw(st.sampled_from(STORAGE_FAILING)))
 
 
 def _core_of(arrivals: list[tuple[Arrival, ...]]) -> str | None:

@@ -9,6 +9,7 @@ import dataclasses
 
 import pytest
 
+from kvparity.caches.sliding_window import SlidingWindow
 from kvparity.caches.window_pool import WindowState, window_conserved
 from kvparity.engine.traffic_run import TrafficRun
 from kvparity.judge.memory import run_problems
@@ -22,12 +23,29 @@ from kvparity.model.classes import (
 from kvparity.model.traffic import Arrival, ServerConfig, TrafficScenario, traffic_geometry
 
 
+def _window_pool(**fields) -> int | None:
+    config = ServerConfig(**fields)
+    window = config.part(SlidingWindow)
+    return None if window is None else window.slots(config)
+
+
 def test_a_sliding_window_server_sizes_its_window_pool_as_sglang_does():
     """SGLang's default window pool is 0.8 of the full pool, in whole pages; a scenario may set it."""
-    assert ServerConfig(kv_slots=256, sliding_window=8).window_slots == 204
-    assert ServerConfig(kv_slots=256, page_size=16, sliding_window=8).window_slots == 192
-    assert ServerConfig(kv_slots=256, sliding_window=8, swa_kv_slots=64).window_slots == 64
-    assert ServerConfig(kv_slots=256).window_slots is None  # full attention: no window pool
+    assert _window_pool(kv_slots=256, sliding_window=8) == 204
+    assert _window_pool(kv_slots=256, page_size=16, sliding_window=8) == 192
+    assert _window_pool(kv_slots=256, sliding_window=8, swa_kv_slots=64) == 64
+    assert _window_pool(kv_slots=256) is None  # full attention: no window pool
+
+
+def test_a_server_holds_its_window_as_a_record_and_prints_it_flat():
+    """A server's caches beside full attention are records, one per kind; it is written, printed
+    and carried with their fields flat among its own, under SGLang's names."""
+    config = ServerConfig(kv_slots=256, sliding_window=8, swa_eviction_interval=1)
+    assert config.caches == (SlidingWindow(8, eviction_interval=1),)
+    assert config.to_plain()["sliding_window"] == 8 and config.to_plain()["mamba_slots"] is None
+    assert ServerConfig.from_plain(config.to_plain()) == config
+    assert "sliding_window=8, swa_eviction_interval=1" in TrafficScenario(config, ((Arrival("a", (1,)),),)).to_python()
+    assert dataclasses.replace(config, sliding_window=None, swa_eviction_interval=None).caches == ()
 
 
 @pytest.mark.parametrize(("fields", "message"), [

@@ -20,16 +20,20 @@ import inspect
 import os
 from array import array
 from collections.abc import Callable, Iterable
-from typing import Any
+from typing import Any, TypeVar
 
 import torch
 
 from kvparity.caches.host_pool import HostNode, in_tree_order
+from kvparity.caches.host_tier import HostTier
+from kvparity.caches.mamba import MambaStates
 from kvparity.caches.pool import PoolRecord
+from kvparity.caches.sliding_window import SlidingWindow, window_slots
 from kvparity.engine.canary import LaneStore, StateView
 from kvparity.engine.real import RealSGLangError
-from kvparity.engine.real.host_tier import KV_LANES, HostTier, hiradix_cache, host_pool, state_host_pool
+from kvparity.engine.real.host_tier import KV_LANES, hiradix_cache, host_pool, state_host_pool
 from kvparity.engine.real.host_tier import attach as attach_host_tier
+from kvparity.engine.real.host_tier import server_fields as host_server_fields
 from kvparity.engine.real.hybrid_pools import (
     MAMBA_CACHE_CHUNK_SIZE,
     Mamba,
@@ -54,6 +58,7 @@ from kvparity.engine.snapshot import (
     released_pages,
 )
 from kvparity.mem_cache.errors import Exhausted
+from kvparity.model.traffic import CacheConfig, split_cache_fields
 from kvparity.model.worlds import WorldId
 
 POISON = -12345  # kvparity.model.poison.POISON (kvparity's sentinel for cells nobody wrote)
@@ -325,6 +330,13 @@ class GeometryView:
         )
 
 
+Part = TypeVar("Part", bound=CacheConfig)
+
+
+def _part(caches: tuple[CacheConfig, ...], record: type[Part]) -> Part | None:
+    return next((p for p in caches if isinstance(p, record)), None)
+
+
 def _check_host_tier(entry: VersionEntry, window: Window | None, mamba: Mamba | None, cache_kind: str) -> None:
     """Refuse a host tier kvparity does not drive, naming why."""
     if entry.host_tier is None:
@@ -352,18 +364,20 @@ class RealWorld:
     """One real SGLang world: real pools, allocator and cache of one version on one backend."""
 
     def __init__(self, entry: VersionEntry, backend: str, geometry: Any, cache_kind: str, device: str = "cpu", *,
-                 tree_class: str | None = None, tree_core: str | None = None, sliding_window: int | None = None,
-                 swa_kv_slots: int | None = None, swa_eviction_interval: int | None = None,
-                 mamba_slots: int | None = None, host: HostTier | dict[str, Any] | None = None) -> None:
-        # A hybrid sliding-window model (its window and window pool), a hybrid linear model (its
-        # state pool), or full attention (both None).
-        self.window = None if sliding_window is None else Window(sliding_window, swa_kv_slots or 0,
-                                                                 swa_eviction_interval)
-        self.mamba = None if mamba_slots is None else Mamba(mamba_slots)
+                 tree_class: str | None = None, tree_core: str | None = None,
+                 caches: tuple[CacheConfig, ...] = ()) -> None:
+        # What the server holds beside full attention (``ServerConfig.caches``): a hybrid
+        # sliding-window model (its window and window pool) or a hybrid linear model (its state
+        # pool), and a host tier (issue 35: full attention or Mamba, on the tree the release
+        # attaches HiCache to).
+        g = GeometryView.of(geometry)
+        window = _part(caches, SlidingWindow)
+        self.window = None if window is None else Window(window.size, window_slots(g.kv_slots, g.page_size, window.kv_slots),
+                                                         window.eviction_interval)
+        states = _part(caches, MambaStates)
+        self.mamba = None if states is None else Mamba(states.slots)
         hybrid = self.window is not None or self.mamba is not None
-        # A host tier (issue 35): full attention, on the tree the release attaches HiCache to
-        # (``HostTier``'s fields as plain data from a harness lane).
-        self.host = HostTier(**host) if isinstance(host, dict) else host
+        self.host = _part(caches, HostTier)
         if self.host is not None:
             _check_host_tier(entry, self.window, self.mamba, cache_kind)
             if entry.host_tier == "unified":
@@ -395,7 +409,7 @@ class RealWorld:
         self.backend = backend
         self.family = entry.family
         self.cache_kind = cache_kind
-        self.geometry = g = GeometryView.of(geometry)
+        self.geometry = g
         self.device = str(device)
         self.model_config = ModelConfigStandIn()
         self.server_args = make_server_args(
@@ -407,7 +421,7 @@ class RealWorld:
             disable_radix_cache=cache_kind == "chunk",
             speculative_algorithm=None,
             disaggregation_mode="null",
-            **({} if self.host is None else self.host.server_fields(states=self.mamba is not None)),
+            **({} if self.host is None else host_server_fields(self.host, states=self.mamba is not None)),
         )
         if self.mamba is not None:  # what a Mamba tree reads of the model's config, preset (none is loaded)
             self.server_args._mamba_cache_chunk_size = MAMBA_CACHE_CHUNK_SIZE
@@ -1028,5 +1042,9 @@ def world_class(entry: VersionEntry) -> type[RealWorld]:
 def build_real_world(version_entry: VersionEntry, backend: str, geometry: Any, cache_kind: str, device: str = "cpu",
                      **options: Any) -> RealWorld:
     """A fresh real world of the entry's generation (see RealWorld); ``req_to_token`` is filled with
-    the poison value. ``options``: what the generation offers (0.5.22+: ``tree_core``, ``tree_class``)."""
-    return world_class(version_entry)(version_entry, backend, geometry, cache_kind, device, **options)
+    the poison value. ``options``: what the generation offers (0.5.22+: ``tree_core``, ``tree_class``)
+    and the server's caches, as records (``caches``) or printed flat (``sliding_window=8``, from a
+    harness lane)."""
+    rest, flat = split_cache_fields(options)
+    caches = tuple(rest.pop("caches", ())) + flat
+    return world_class(version_entry)(version_entry, backend, geometry, cache_kind, device, caches=caches, **rest)

@@ -14,8 +14,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from kvparity.caches import kind_of
+from kvparity.caches.sliding_window import BETWEEN_PAGES, window_at_odds
 from kvparity.engine.release_order import version_key
-from kvparity.model.traffic import BETWEEN_PAGES, ServerConfig
+from kvparity.model.traffic import ServerConfig
 
 # The finding kinds a defect shows as (the tail of a scheduler-driven finding's label).
 RAISED, ORACLE, CANARY, INFLIGHT = "the scheduler raised", "memory oracle", "KV canary", "in flight"
@@ -50,7 +51,7 @@ class KnownDefect:
 
 def _window_off_page(config: ServerConfig) -> bool:
     """A sliding window past a page and not a whole number of them."""
-    return config.window_at_odds == BETWEEN_PAGES
+    return window_at_odds(config) == BETWEEN_PAGES
 
 
 def _storage(config: ServerConfig) -> bool:

@@ -60,11 +60,11 @@ import threading
 import types
 import weakref
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
 import torch
 
+from kvparity.caches.host_tier import HostTier
 from kvparity.engine.real import RealSGLangError
 from kvparity.engine.real.faulty_storage import FaultyStorage
 from kvparity.engine.real.names import lookup
@@ -77,7 +77,6 @@ from kvparity.engine.real.pool_readers import (
     STORAGE_FAULTS,
 )
 from kvparity.engine.real.versions import VersionEntry
-from kvparity.model.traffic import ServerConfig
 
 # A HiCache world's KV: float32, head_dim KV_LANES (the canary's lanes, ``LaneStore``, need 7).
 KV_LANES = 8
@@ -97,46 +96,18 @@ STORAGE_DIR_ENV = "SGLANG_HICACHE_FILE_BACKEND_STORAGE_DIR"
 STORAGE_PREFETCH_THRESHOLD = 4
 
 
-@dataclass(frozen=True)
-class HostTier:
-    """A server's host tier: its host pool's size as a ratio to the device pool's (SGLang's
-    ``--hicache-ratio``: the host pool is that many times the device's slots, in whole pages, and
-    a page more) and its write policy. Checked where it is asked for (``traffic.ServerConfig``)."""
-
-    ratio: float
-    write_policy: str = "write_through"
-    storage: bool = False  # SGLang's file backend as a third tier
-    ack_delay: int = 0  # the fault mode: every transfer acknowledged this many iterations late
-    # The storage fault mode: SGLang's own failure injector (0.5.23+) fails each storage call with
-    # this probability, drawn from a generator seeded with ``storage_seed`` (SGLang's is unseeded),
-    # for the calls whose names start with ``storage_failing`` ("": every call).
-    storage_failure: float = 0.0
-    storage_seed: int = 0
-    storage_failing: str = ""
-    prefetch_policy: str = "wait_complete"  # when a prefetch from storage may end (SGLang's own policy)
-
-    @classmethod
-    def of(cls, server: ServerConfig) -> HostTier | None:
-        """The host tier a traffic run's server names (None: none)."""
-        if server.hicache_ratio is None:
-            return None
-        return cls(server.hicache_ratio, server.hicache_write_policy, server.hicache_storage, server.hicache_ack_delay,
-                   server.hicache_storage_failure, server.hicache_storage_seed, server.hicache_storage_failing,
-                   server.hicache_prefetch_policy)
-
-    def server_fields(self, states: bool = False) -> dict[str, Any]:
-        """The server arguments that attach this tier (what a CPU can copy with: io backend
-        "direct", layer-first layout, or, with a Mamba model's ``states`` backed up too, the
-        page-first layout its state host pool takes; a prefetch from storage waits until it
-        completes)."""
-        storage = dict(hicache_storage_backend="file", hicache_storage_prefetch_policy=self.prefetch_policy,
-                       hicache_storage_backend_extra_config=f'{{"prefetch_threshold": {STORAGE_PREFETCH_THRESHOLD}}}')
-        return dict(
-            enable_hierarchical_cache=True, hicache_ratio=self.ratio, hicache_size=0,
-            hicache_write_policy=self.write_policy, hicache_io_backend="direct",
-            hicache_mem_layout="page_first_direct" if states else "layer_first",
-            **(storage if self.storage else {"hicache_storage_backend": None}),
-        )
+def server_fields(tier: HostTier, states: bool = False) -> dict[str, Any]:
+    """The server arguments that attach ``tier`` (what a CPU can copy with: io backend "direct",
+    layer-first layout, or, with a Mamba model's ``states`` backed up too, the page-first layout
+    its state host pool takes; a prefetch from storage waits until it completes)."""
+    storage = dict(hicache_storage_backend="file", hicache_storage_prefetch_policy=tier.prefetch_policy,
+                   hicache_storage_backend_extra_config=f'{{"prefetch_threshold": {STORAGE_PREFETCH_THRESHOLD}}}')
+    return dict(
+        enable_hierarchical_cache=True, hicache_ratio=tier.ratio, hicache_size=0,
+        hicache_write_policy=tier.write_policy, hicache_io_backend="direct",
+        hicache_mem_layout="page_first_direct" if states else "layer_first",
+        **(storage if tier.storage else {"hicache_storage_backend": None}),
+    )
 
 
 def _transfer_kv_direct(src_layers: list[torch.Tensor], dst_layers: list[torch.Tensor], src_indices: torch.Tensor,

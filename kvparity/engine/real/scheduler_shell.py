@@ -70,7 +70,7 @@ from kvparity.engine.iteration_recorder import (
 )
 from kvparity.engine.real import RealSGLangError
 from kvparity.engine.real.adapter import VOCAB_SIZE, _dotted
-from kvparity.engine.real.host_tier import HostTier, count_refused_load
+from kvparity.engine.real.host_tier import count_refused_load
 from kvparity.engine.real.hybrid_pools import run_deferred_state_work
 from kvparity.engine.real.shell_adapters import Knobs, ShellAdapter, adapter_for
 from kvparity.engine.real.standins import StandIn
@@ -79,7 +79,7 @@ from kvparity.engine.real.versions import VersionEntry
 from kvparity.engine.real.worker import Context, remote
 from kvparity.engine.traffic_run import TrafficRun
 from kvparity.model.canary import token_from
-from kvparity.model.traffic import ANY_REQUEST, MAX_CONTEXT_LEN, ServerConfig, table_width, window_slots
+from kvparity.model.traffic import ANY_REQUEST, MAX_CONTEXT_LEN, ServerConfig, table_width
 from kvparity.model.traffic_records import TABLE_ONLY, WRONG_KV, Decision, InflightFinding, StopError
 
 # Extra stand-ins for the scheduler's import chain (wider than the KV path's), every release; an
@@ -444,25 +444,8 @@ def _knobs(server: ServerConfig, max_context_len: int = MAX_CONTEXT_LEN) -> Knob
         chunked_prefill_size=None if chunked is None or chunked <= 0 else chunked,
         max_running_requests=server.max_running_requests, radix_cache=server.radix_cache,
         schedule_conservativeness=server.schedule_conservativeness, tree_core=server.tree_core,
-        **_hybrid(server),
+        caches=server.caches,
     )
-
-
-def _hybrid(server: ServerConfig) -> dict[str, Any]:
-    """A hybrid model's settings (none for full attention): a Mamba model's state slots, or a
-    sliding-window model's window, its pool sized as ``ServerConfig.window_slots`` says (SGLang's
-    default share where the scenario leaves it); and a host tier."""
-    host = HostTier.of(server)
-    tier = {} if host is None else {"host": host}
-    if server.mamba_slots is not None:
-        return {"mamba_slots": server.mamba_slots} | tier
-    if host is not None:
-        return tier
-    if server.sliding_window is None:
-        return {}
-    return {"sliding_window": server.sliding_window,
-            "swa_kv_slots": window_slots(server.kv_slots, server.page_size, server.swa_kv_slots),
-            "swa_eviction_interval": server.swa_eviction_interval}
 
 
 def _build(ctx: Context, adapter: ShellAdapter, config: dict[str, Any], arrivals: list[list[dict[str, Any]]]) -> Any:

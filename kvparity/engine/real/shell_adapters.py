@@ -38,11 +38,11 @@ import torch
 
 from kvparity.engine.real import RealSGLangError
 from kvparity.engine.real.adapter import ModelConfigStandIn, build_real_world, make_server_args
-from kvparity.engine.real.host_tier import HostTier
 from kvparity.engine.real.standins import StandIn
 from kvparity.engine.real.versions import VersionEntry
 from kvparity.engine.releases import shell_of
 from kvparity.engine.snapshot import full_allocator
+from kvparity.model.traffic import CacheConfig
 
 
 @dataclasses.dataclass(frozen=True)
@@ -60,11 +60,7 @@ class Knobs:
     max_running_requests: int
     radix_cache: bool
     schedule_conservativeness: float
-    sliding_window: int | None = None  # a hybrid sliding-window model: its window (None: full attention)
-    swa_kv_slots: int | None = None  # its window pool's slots (set with sliding_window)
-    swa_eviction_interval: int | None = None  # SGLANG_SWA_EVICTION_INTERVAL (None: SGLang's default)
-    mamba_slots: int | None = None  # a hybrid linear (Mamba) model: its state slots (None: no Mamba layer)
-    host: HostTier | None = None  # a host tier (None: none)
+    caches: tuple[CacheConfig, ...] = ()  # what the server holds beside full attention (``ServerConfig.caches``)
     tree_core: str | None = None  # the radix tree's core (None: the server's default)
 
     @property
@@ -72,17 +68,10 @@ class Knobs:
         return self.loop == "overlap"
 
     def hybrid(self) -> dict[str, Any]:
-        """The world options of a hybrid model, a host tier and a tree core (none for full attention
-        on the default core)."""
+        """The world options of the server's caches beside full attention and of a tree core (none
+        for full attention on the default core)."""
         options: dict[str, Any] = {} if self.tree_core is None else {"tree_core": self.tree_core}
-        if self.host is not None:
-            options["host"] = self.host
-        if self.mamba_slots is not None:
-            return options | {"mamba_slots": self.mamba_slots}
-        if self.host is not None or self.sliding_window is None:
-            return options
-        return options | {"sliding_window": self.sliding_window, "swa_kv_slots": self.swa_kv_slots,
-                          "swa_eviction_interval": self.swa_eviction_interval}
+        return options | ({"caches": self.caches} if self.caches else {})
 
     def geometry(self) -> dict[str, Any]:
         return {"pool_rows": self.pool_rows, "max_context_len": self.max_context_len, "kv_slots": self.kv_slots,
