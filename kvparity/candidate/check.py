@@ -29,19 +29,18 @@ from kvparity.candidate.inputs import (
     Fault,
     KernelBatch,
     KernelShape,
-    compacted,
     compare_effect,
     contract_violations,
     involved_requests,
     kernel_batches,
     kernel_shape,
-    without_prefix_elements,
-    without_requests,
+    smaller_batches,
 )
 from kvparity.candidate.loader import SIGNATURES, CandidateLoadError, absolute_spec, split_spec
 from kvparity.candidate.sandbox import KILLED, Outcome, Sandbox
 from kvparity.candidate.targets import TARGETS, WRITE_BLOCK, lookup
 from kvparity.model.contract import ContractError
+from kvparity.run.minimize import minimize
 
 DEFAULT_EXAMPLES = 200  # batches per check (the nightly profile: NIGHTLY_EXAMPLES)
 NIGHTLY_EXAMPLES = 2000
@@ -358,8 +357,9 @@ class _Search:
 
     # ------------------------------------------------------------------ after Hypothesis
 
-    def _keeps_fault(self, candidate: KernelBatch | None) -> bool:
-        if candidate is None or contract_violations(candidate):
+    def _keeps_fault(self, candidate: KernelBatch) -> bool:
+        """Whether ``candidate`` still shows the first finding's kind of fault (then it is the best)."""
+        if contract_violations(candidate):
             return False
         fault = self.fault_of(candidate)
         if fault is None or self.best is None or fault.kind != self.best[1].kind:
@@ -369,52 +369,18 @@ class _Search:
 
     def remove_what_plays_no_part(self) -> None:
         """Hypothesis shrinks by its draws, so a shrunk batch may keep requests (or prefix
-        elements) that play no part, e.g. a middle one. Remove each request, then each prefix
-        element (write_cache_indices, get_last_loc), in halving chunks, while the fault keeps its
-        kind, until none can go; then shrink the table to the rows and columns used. Stops at the
+        elements) that play no part, e.g. a middle one. kvparity's shrinker (``run.minimize``, the
+        sweep's) removes them, big cuts first (``smaller_batches``), while the fault keeps its
+        kind, until none can go; then the table shrinks to the rows and columns used. Stops at the
         end of the shrink budget."""
         assert self.best is not None and self.first_fault_at is not None
         self.deadline = self.first_fault_at + self.shrink_seconds
         try:
-            self._remove_suffixes()
-            progress = True
-            while progress:
-                progress = self._remove_chunks(lambda b: b.bs, lambda b, r: without_requests(b, r))
-                for request in range(self.best[0].bs):
-                    # _remove_chunks calls both lambdas only while it runs, within this iteration.
-                    progress |= self._remove_chunks(
-                        lambda b: len(b.prefixes[request]),  # noqa: B023
-                        lambda b, r: without_prefix_elements(b, request, r))  # noqa: B023
-            if compacted(self.best[0]) != self.best[0]:
-                self._keeps_fault(compacted(self.best[0]))
-        except _ShrinkBudgetSpent:
+            shrunk = minimize(self.best[0], self._keeps_fault, candidates=smaller_batches,
+                              budget_s=max(0.0, self.deadline - time.monotonic()))
+            self.budget_spent = not shrunk.complete
+        except _ShrinkBudgetSpent:  # a call past the deadline: the best so far is kept
             self.budget_spent = True
-
-    def _remove_suffixes(self) -> None:
-        """Drop the last requests, halving how many (cheap: a log of the batch size in calls, and
-        index-bound bugs, such as one from request 257 on, keep only what reaches their index)."""
-        assert self.best is not None  # set by the first fault, before any shrinking
-        drop = self.best[0].bs // 2
-        while drop >= 1:
-            batch = self.best[0]
-            if not (batch.bs > drop and self._keeps_fault(without_requests(batch, range(batch.bs - drop, batch.bs)))):
-                drop //= 2
-
-    def _remove_chunks(self, count, remove) -> bool:
-        """Try removing chunks of ``count(batch)`` items (halving chunk sizes down to 1)."""
-        assert self.best is not None  # set by the first fault, before any shrinking
-        removed = False
-        size = max(1, count(self.best[0]) // 2)
-        while size >= 1 and count(self.best[0]) > 0:
-            start = 0
-            while start < count(self.best[0]):
-                batch = self.best[0]
-                if self._keeps_fault(remove(batch, range(start, min(start + size, count(batch))))):
-                    removed = True
-                else:
-                    start += size
-            size //= 2
-        return removed
 
 
 def remove_what_plays_no_part(target: str, spec: str, batch: KernelBatch, *, sandbox: Sandbox,

@@ -27,6 +27,7 @@ import bisect
 import itertools
 import json
 import os
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
@@ -39,6 +40,7 @@ from kvparity.judge.differ import cell_text
 from kvparity.model.contract import length_findings
 from kvparity.model.poison import POISON
 from kvparity.model.profiles import KERNEL_PAGE_SIZES
+from kvparity.run.minimize import halvings
 
 FILLER_NOTE = ("note: req_to_token cells outside any request's prefix hold 1,000,000 + their flat index "
                "(row * width + col), so a read from the wrong cell names the cell it read")
@@ -300,6 +302,27 @@ def compacted(batch: KernelBatch) -> KernelBatch:
     """The same requests in the smallest table that holds them (width = longest row, at least 1;
     rows up to the largest used)."""
     return replace(batch, width=max(1, batch.longest_row), pool_rows=max(batch.rows) + 1)
+
+
+def smaller_batches(batch: KernelBatch) -> Iterator[KernelBatch]:
+    """Smaller batches, big cuts first (``kvparity.run.minimize``'s candidates): the last requests
+    (half of them, a quarter, ... one: an index-bound bug, such as one from request 257 on, keeps
+    only what reaches its index), then chunks of requests anywhere, then chunks of each request's
+    prefix (write_cache_indices, get_last_loc), then the smallest table that holds the batch. A
+    batch keeps one request at least."""
+    for size in halvings(batch.bs)[1:] if batch.bs > 1 else ():
+        yield without_requests(batch, range(batch.bs - size, batch.bs))
+    for size in halvings(batch.bs)[1:] if batch.bs > 1 else ():
+        for start in range(0, batch.bs, size):
+            yield without_requests(batch, range(start, min(start + size, batch.bs)))
+    for request, prefix in enumerate(batch.prefixes):
+        for size in halvings(len(prefix)):
+            for start in range(0, len(prefix), size):
+                smaller = without_prefix_elements(batch, request, range(start, min(start + size, len(prefix))))
+                if smaller is not None:
+                    yield smaller
+    if compacted(batch) != batch:
+        yield compacted(batch)
 
 
 # --------------------------------------------------------------------------- strategies

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from kvparity import caches
+from kvparity.caches.sliding_window import SlidingWindow
 from kvparity.engine.change import Change
 from kvparity.engine.real.door import KnownDefect, RealTrafficPlayer, known_defect
 from kvparity.engine.releases import changes_between
@@ -245,7 +246,7 @@ class SchedulerDrive:
         reference = played.result[0][0]
         counts = rare_counts(reference)
         steered = {name: float(counts[name]) for name in STEERED}
-        if played.scenario.config.sliding_window is not None:  # toward windows at odds with the page
+        if played.scenario.config.part(SlidingWindow) is not None:  # toward windows at odds with the page
             steered |= {name: float(name in played.classes) for name in (TRAFFIC_WINDOW_BELOW_PAGE, TRAFFIC_WINDOW_OFF_PAGE)}
         if self.nemesis:  # toward the abort states a drawn delay rarely meets, and failed storage reads
             states = [state for _, _, state in reference.aborts]

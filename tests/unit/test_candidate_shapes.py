@@ -149,6 +149,21 @@ def test_requests_and_prefix_elements_that_play_no_part_are_removed(sandbox):
     assert batch.out_cache_loc == out_cache_loc[2:518], batch.describe()  # each request keeps its slots
 
 
+def test_a_batch_is_made_smaller_by_the_sweeps_shrinker_big_cuts_first():
+    """The candidate check's batches are shrunk by kvparity's one shrinker (``run.minimize``), with
+    the batch's own candidates: the last half of the requests first, never the last request, each
+    request keeping its slots; then prefix elements; the smallest table last."""
+    from kvparity.candidate.inputs import KernelBatch, smaller_batches
+
+    batch = KernelBatch("write_cache_indices", (0, 1, 2, 3), ((7, 8), (), (), ()), (3, 1, 1, 1), 4, 4,
+                        out_cache_loc=(10, 11, 12, 13))
+    smaller = list(smaller_batches(batch))
+    assert smaller[0].rows == (0, 1) and smaller[0].out_cache_loc == (10, 11)
+    assert all(b.bs >= 1 for b in smaller)
+    assert any(b.bs == 4 and b.prefix_lens == [0, 0, 0, 0] for b in smaller)  # the whole prefix at once
+    assert smaller[-1].width == 3  # the table cut to the longest row
+
+
 def test_get_last_loc_report_names_the_cell_a_filler_came_from(sandbox):
     result = caught("get_last_loc", fixture("shp_gll_next_column", "get_last_loc"), sandbox)
     report = result.report()

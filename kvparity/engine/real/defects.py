@@ -14,6 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from kvparity.caches import kind_of
+from kvparity.caches.host_tier import HostTier
 from kvparity.caches.sliding_window import BETWEEN_PAGES, window_at_odds
 from kvparity.engine.release_order import version_key
 from kvparity.model.traffic import ServerConfig
@@ -56,17 +57,19 @@ def _window_off_page(config: ServerConfig) -> bool:
 
 def _storage(config: ServerConfig) -> bool:
     """A host tier with a storage tier behind it."""
-    return config.hicache_storage
+    tier = config.part(HostTier)
+    return tier is not None and tier.storage
 
 
 def _write_back(config: ServerConfig) -> bool:
     """A host tier that backs the device up only on eviction (the only policy that pins load-backs)."""
-    return config.hicache_write_policy == "write_back"
+    tier = config.part(HostTier)
+    return tier is not None and tier.write_policy == "write_back"
 
 
 def _write_back_to_storage(config: ServerConfig) -> bool:
     """A host tier that backs the device up only on eviction, with a storage tier behind it."""
-    return _write_back(config) and config.hicache_storage
+    return _write_back(config) and _storage(config)
 
 
 # Traced by playing every release with a Mamba model against itself (scheduler-driven, fcfs and lpm,
