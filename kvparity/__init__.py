@@ -4,7 +4,3 @@ The data flows one way, and so do the imports: ``model`` (what is checked), ``en
 it), ``judge`` (comparing and the oracles), ``report``, ``run`` (played and judged end to end),
 then ``golden``, ``candidate``, ``teeth`` and ``cli``. ``kernels``, ``mem_cache``, ``legacy`` and
 ``refactored`` are SGLang's model code and what it shares (``docs/layout.md``)."""
-
-# The cache kinds register their servers' records (``kvparity.model.traffic.ServerConfig`` is written
-# with their fields flat among its own) wherever a part of the package is imported.
-import kvparity.caches  # noqa: E402, F401

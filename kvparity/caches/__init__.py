@@ -19,13 +19,9 @@ from kvparity.caches.registry import KINDS, classes, default_names, get, kind_of
 from kvparity.caches.sliding_window import KIND as SLIDING_WINDOW
 from kvparity.caches.state_pool import POOL as STATE_POOL
 from kvparity.caches.window_pool import POOL as WINDOW_POOL
-from kvparity.model.traffic import register_cache_config
 
 for _kind in (FULL, SLIDING_WINDOW, MAMBA, HOST_TIER, MAMBA_HOST_TIER):
     register(_kind)
-# Their servers' records, in the order a server prints them (``ServerConfig``).
-for _record in dict.fromkeys(record for kind in KINDS.values() for record in kind.caches):
-    register_cache_config(_record)
 register_pool(WINDOW_POOL)
 register_pool(STATE_POOL)
 register_pool(HOST_POOL)

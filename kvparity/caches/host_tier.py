@@ -4,14 +4,13 @@ device KV is backed up to a host pool, and half the time to the file storage tie
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import Any
 
 from hypothesis import strategies as st
 
 from kvparity.caches.host_pool import POOL, HostState
 from kvparity.caches.kind import CacheKind, Memory
-from kvparity.caches.sliding_window import SlidingWindow
+from kvparity.model.cache_configs import HICACHE_WRITE_POLICIES, HostTier, printed_fields
 from kvparity.model.classes import (
     TRAFFIC_BACKUP_REFUSED,
     TRAFFIC_HOST,
@@ -25,70 +24,8 @@ from kvparity.model.classes import (
     TRAFFIC_STORAGE_HIT,
     TRAFFIC_STORAGE_READ_FAULT,
 )
-from kvparity.model.traffic import (
-    EVERY_HOST_TIER,
-    HICACHE_WRITE_POLICIES,
-    LOOPS,
-    PREFETCH_POLICIES,
-    HostOffer,
-    ServerConfig,
-    TrafficScenario,
-    printed_fields,
-)
+from kvparity.model.traffic import EVERY_HOST_TIER, LOOPS, HostOffer, ServerConfig, TrafficScenario
 from kvparity.model.traffic_records import Decision
-
-
-@dataclass(frozen=True)
-class HostTier:
-    """A server's host tier (issue 35: --enable-hierarchical-cache): its host pool's size as a
-    ratio to the device pool's (SGLang's ``--hicache-ratio``: the host pool is that many times the
-    device's slots, in whole pages, and a page more), its write policy (--hicache-write-policy),
-    and SGLang's file backend as a third tier (--hicache-storage-backend file). For a full-attention
-    model or a Mamba model (its states backed up too)."""
-
-    FLAT: ClassVar[dict[str, str]] = {
-        "hicache_ratio": "ratio", "hicache_write_policy": "write_policy", "hicache_storage": "storage",
-        "hicache_ack_delay": "ack_delay", "hicache_storage_failure": "storage_failure",
-        "hicache_storage_seed": "storage_seed", "hicache_storage_failing": "storage_failing",
-        "hicache_prefetch_policy": "prefetch_policy"}
-
-    ratio: float
-    write_policy: str = "write_through"
-    storage: bool = False
-    # The fault mode: every device-host transfer is acknowledged this many iterations late (a slow copy).
-    ack_delay: int = 0
-    # The storage fault mode (the nemesis): SGLang's own failure injector (0.5.23+) fails each
-    # storage call with this probability, its generator seeded with ``storage_seed`` (so a run
-    # replays its faults; SGLang's is unseeded), for the calls whose names start with
-    # ``storage_failing`` ("": every call; "batch_get": the reads of a prefetch). A release without
-    # the injector gets kvparity's faulty backend, which fails the same calls alike
-    # (``engine.real.faulty_storage``).
-    storage_failure: float = 0.0
-    storage_seed: int = 0
-    storage_failing: str = ""
-    # When a prefetch from storage may end (SGLang's --hicache-storage-prefetch-policy): "wait_complete"
-    # (when every page came) or "best_effort" (at the scheduler's first check, with what came: the
-    # release's own early termination, drawn by the nemesis).
-    prefetch_policy: str = "wait_complete"
-
-    def check(self, server: ServerConfig) -> None:
-        if self.write_policy not in HICACHE_WRITE_POLICIES:
-            raise ValueError(f"ServerConfig.hicache_write_policy={self.write_policy!r}: expected one of "
-                             f"{HICACHE_WRITE_POLICIES}")
-        if not 0 <= self.storage_failure <= 1 or (self.storage_failure and not self.storage):
-            raise ValueError(f"ServerConfig.hicache_storage_failure={self.storage_failure}: a probability, "
-                             f"with a storage tier (hicache_storage)")
-        if self.ack_delay < 0:
-            raise ValueError(f"ServerConfig.hicache_ack_delay={self.ack_delay}: must be >= 0")
-        if self.prefetch_policy not in PREFETCH_POLICIES or (self.prefetch_policy != "wait_complete" and not self.storage):
-            raise ValueError(f"ServerConfig.hicache_prefetch_policy={self.prefetch_policy!r}: one of "
-                             f"{PREFETCH_POLICIES}, other than wait_complete with a storage tier (hicache_storage)")
-        if not self.ratio > 0:
-            raise ValueError(f"ServerConfig.hicache_ratio={self.ratio}: must be > 0, or None for no host tier")
-        if server.part(SlidingWindow) is not None:
-            raise ValueError("ServerConfig: a host tier (hicache_ratio) is driven for full attention and Mamba models only")
-        if not server.radix_cache:
-            raise ValueError("ServerConfig: a host tier (hicache_ratio) needs the radix cache")
 
 # A host tier in the harness drive's worlds: smaller than the device's pool, so that the host, too,
 # evicts, where every release takes one (else HARNESS_LARGER_HOST); write-through, the server's default.

@@ -11,7 +11,8 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from kvparity.caches.pool import PoolRecord
-from kvparity.model.traffic import CacheConfig, HostOffer, ServerConfig, TrafficScenario
+from kvparity.model.cache_configs import CacheConfig
+from kvparity.model.traffic import HostOffer, ServerConfig, TrafficScenario
 from kvparity.model.traffic_records import Decision
 from kvparity.model.traffic_strategies import ServeOptions
 

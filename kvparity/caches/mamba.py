@@ -4,14 +4,13 @@ states without a buffer (page size 1, the normal loop only)."""
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import Any
 
 from hypothesis import strategies as st
 
 from kvparity.caches.kind import CacheKind, Memory
-from kvparity.caches.sliding_window import SlidingWindow
 from kvparity.caches.state_pool import POOL
+from kvparity.model.cache_configs import MAMBA_SLOTS_PER_REQUEST, MambaStates
 from kvparity.model.classes import (
     TRAFFIC_STATE,
     TRAFFIC_STATE_EVICTED,
@@ -21,34 +20,6 @@ from kvparity.model.classes import (
 )
 from kvparity.model.traffic import ServerConfig, TrafficScenario
 from kvparity.model.traffic_records import Decision
-
-# A Mamba model's server caps its running requests at a third of its state slots with a prefix
-# cache (SGLang's MAMBA_CACHE_SIZE_MAX_RUNNING_REQUESTS_RATIO, every release with a Mamba tree): a
-# request's own state, the one its match copies from, and one the tree keeps.
-MAMBA_SLOTS_PER_REQUEST = 3
-
-
-@dataclass(frozen=True)
-class MambaStates:
-    """A hybrid linear (Mamba) model's server (issue 34): its recurrent-state pool's slots (SGLang's
-    --max-mamba-cache-size; a request holds one while it runs, the tree keeps others; at least
-    MAMBA_SLOTS_PER_REQUEST per running request, as a server caps them). Its tree caches states
-    without a buffer (SGLang's "no_buffer": page size 1, the normal loop)."""
-
-    FLAT: ClassVar[dict[str, str]] = {"mamba_slots": "slots"}
-
-    slots: int
-
-    def check(self, server: ServerConfig) -> None:
-        if server.part(SlidingWindow) is not None:
-            raise ValueError("ServerConfig: a model with both a sliding window and Mamba layers is not driven yet")
-        if self.slots < MAMBA_SLOTS_PER_REQUEST * server.max_running_requests:
-            raise ValueError(f"ServerConfig.mamba_slots={self.slots}: a server with a prefix cache runs at most "
-                             f"one request per {MAMBA_SLOTS_PER_REQUEST} state slots "
-                             f"(max_running_requests={server.max_running_requests})")
-        if server.page_size != 1 or server.loop != "normal":
-            raise ValueError(f"ServerConfig: a Mamba model's tree without a state buffer (no_buffer) serves page "
-                             f"size 1 in the normal loop only (page_size={server.page_size}, loop={server.loop!r})")
 
 
 @st.composite

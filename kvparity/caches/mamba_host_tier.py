@@ -8,12 +8,13 @@ from typing import Any
 
 from kvparity.caches.host_pool import STATE_POOL
 from kvparity.caches.host_tier import KIND as HOST
-from kvparity.caches.host_tier import HostTier, OnTheHostAlone, host_classes, host_tiers, loaded_back, on_the_host_alone
+from kvparity.caches.host_tier import OnTheHostAlone, host_classes, host_tiers, loaded_back, on_the_host_alone
 from kvparity.caches.host_tier import harness_options as host_options
 from kvparity.caches.kind import CacheKind, Memory
 from kvparity.caches.mamba import KIND as MAMBA
-from kvparity.caches.mamba import MambaStates, mamba_models, state_classes
 from kvparity.caches.mamba import harness_options as state_options
+from kvparity.caches.mamba import mamba_models, state_classes
+from kvparity.model.cache_configs import HostTier, MambaStates
 from kvparity.model.classes import TRAFFIC_STATE_LOAD_BACK
 from kvparity.model.traffic import HostOffer, ServerConfig, TrafficScenario
 from kvparity.model.traffic_records import Decision

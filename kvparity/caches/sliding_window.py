@@ -4,13 +4,13 @@ page to beyond any prompt."""
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import Any
 
 from hypothesis import strategies as st
 
 from kvparity.caches.kind import CacheKind, Memory
 from kvparity.caches.window_pool import POOL
+from kvparity.model.cache_configs import BELOW_A_PAGE, SlidingWindow, window_slots
 from kvparity.model.classes import (
     TRAFFIC_TOMBSTONE,
     TRAFFIC_TOMBSTONE_HIT,
@@ -22,58 +22,6 @@ from kvparity.model.classes import (
 )
 from kvparity.model.traffic import LOOPS, ServerConfig, TrafficScenario
 from kvparity.model.traffic_records import Decision
-
-# A window pool, as a share of the server's full pool (SGLang's default ``--swa-full-tokens-ratio``).
-SWA_FULL_TOKENS_RATIO = 0.8
-# ``SlidingWindow.at_odds``'s answers.
-BELOW_A_PAGE, BETWEEN_PAGES = "below a page", "between pages"
-
-
-def window_slots(kv_slots: int, page_size: int, swa_kv_slots: int | None) -> int:
-    """A sliding-window server's window pool: ``swa_kv_slots``, or the server's default share of
-    its full pool in whole pages."""
-    if swa_kv_slots is not None:
-        return swa_kv_slots
-    return int(kv_slots * SWA_FULL_TOKENS_RATIO) // page_size * page_size
-
-
-@dataclass(frozen=True)
-class SlidingWindow:
-    """A hybrid sliding-window model's server (issue 34): its window (tokens a window layer attends
-    to), its window pool's slots (None: SGLang's default share of the full pool) and how many
-    tokens must slide out of a request's window before its window slots are freed (SGLang's
-    SGLANG_SWA_EVICTION_INTERVAL, 0.5.16+; None: its default, 128)."""
-
-    FLAT: ClassVar[dict[str, str]] = {"sliding_window": "size", "swa_kv_slots": "kv_slots",
-                                      "swa_eviction_interval": "eviction_interval"}
-
-    size: int
-    kv_slots: int | None = None
-    eviction_interval: int | None = None
-
-    def slots(self, server: ServerConfig) -> int:
-        """Its window pool's slots on ``server``."""
-        return window_slots(server.kv_slots, server.page_size, self.kv_slots)
-
-    def at_odds(self, page_size: int) -> str | None:
-        """How the window sits against the page where window bugs live: ``BELOW_A_PAGE`` (smaller
-        than one) or ``BETWEEN_PAGES`` (past one, not a whole number of them); None at page size
-        1 or on a whole number of pages."""
-        if page_size == 1:
-            return None
-        if self.size < page_size:
-            return BELOW_A_PAGE
-        return BETWEEN_PAGES if self.size % page_size else None
-
-    def check(self, server: ServerConfig) -> None:
-        if self.eviction_interval is not None and self.eviction_interval < 1:
-            raise ValueError(f"ServerConfig.swa_eviction_interval={self.eviction_interval}: must be >= 1")
-        if self.size < 1:
-            raise ValueError(f"ServerConfig.sliding_window={self.size}: must be >= 1, or None for none")
-        slots = self.slots(server)
-        if slots < server.page_size or slots % server.page_size:
-            raise ValueError(f"ServerConfig: the window pool's {slots} slots must be whole pages of "
-                             f"page_size={server.page_size} (at least one)")
 
 
 def window_at_odds(config: ServerConfig) -> str | None:

@@ -8,16 +8,22 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields, replace
-from typing import Any, ClassVar, Protocol, TypeVar
+from typing import Any, TypeVar
 
 from kvparity.mem_cache.schedule_policy import POLICIES
+from kvparity.model.cache_configs import (
+    CACHE_CONFIGS,
+    CacheConfig,
+    absent_fields,
+    cache_parts,
+    flat_owner,
+    printed_fields,
+)
 from kvparity.model.classes import TRAFFIC_ABORTS
 from kvparity.model.scenario import tokens_python
 from kvparity.model.worlds import Geometry
 
 LOOPS = ("normal", "overlap")
-# The write policies of a host tier (SGLang's --hicache-write-policy).
-HICACHE_WRITE_POLICIES = ("write_through", "write_back", "write_through_selective")
 
 
 @dataclass(frozen=True)
@@ -44,87 +50,6 @@ def table_width(requests: list[tuple[int, int]], page_size: int, max_context_len
     (``requests``: (prompt length, outputs wanted) per request), with a page to spare."""
     longest = max((prompt + outputs for prompt, outputs in requests), default=0)
     return min(max_context_len, longest + page_size)
-
-
-class CacheConfig(Protocol):
-    """What a server's cache of a kind beside full attention is configured with (a sliding
-    window, Mamba states, a host tier: each kind's record in ``kvparity.caches``). Its fields are
-    printed flat among the server's, under SGLang's names (``FLAT``: printed name -> field; the
-    first names the record: None there is no such cache), in the order the kinds register."""
-
-    FLAT: ClassVar[dict[str, str]]
-
-    def check(self, server: ServerConfig) -> None:
-        """A ValueError naming the field where this cache does not fit ``server``."""
-        ...
-
-
-# The cache records a server may hold, in the order they print (``register_cache_config``:
-# ``kvparity.caches`` registers each kind's when the package is imported).
-CACHE_CONFIGS: list[type[CacheConfig]] = []
-
-
-def register_cache_config(record: type[CacheConfig]) -> type[CacheConfig]:
-    if record in CACHE_CONFIGS or set(record.FLAT) & set(_flat_owner()):
-        raise ValueError(f"{record.__name__}: registered twice, or a printed name another cache has")
-    CACHE_CONFIGS.append(record)
-    return record
-
-
-def _flat_owner() -> dict[str, type[CacheConfig]]:
-    """Each printed name's cache record."""
-    return {name: record for record in CACHE_CONFIGS for name in record.FLAT}
-
-
-def _absent(record: type[CacheConfig]) -> dict[str, Any]:
-    """A record's printed fields where a server has none of it: its first None, the rest their defaults."""
-    defaults = {f.name: f.default for f in fields(record)}  # type: ignore[arg-type]
-    first, *rest = record.FLAT
-    return {first: None} | {name: defaults[record.FLAT[name]] for name in rest}
-
-
-def printed_fields(part: CacheConfig) -> dict[str, Any]:
-    """A cache's fields as a server prints them (by SGLang's names)."""
-    return {name: getattr(part, f) for name, f in part.FLAT.items()}
-
-
-def _cache_part(record: type[CacheConfig], given: dict[str, Any], held: CacheConfig | None) -> CacheConfig | None:
-    """A server's cache of ``record``'s kind: ``held`` with the printed fields ``given`` (None as
-    the first: none), or built from them; a field given without the record is refused by name."""
-    first = next(iter(record.FLAT))
-    known = _absent(record) if held is None else printed_fields(held)
-    merged = known | given
-    if merged[first] is None:
-        stray = {name: v for name, v in merged.items() if v != _absent(record)[name]}
-        if stray:
-            name, value = next(iter(stray.items()))
-            raise ValueError(f"ServerConfig.{name}={value!r}: needs {first}")
-        return None
-    return record(**{record.FLAT[name]: value for name, value in merged.items()})
-
-
-def cache_parts(flat: Mapping[str, Any], held: tuple[CacheConfig, ...] = ()) -> tuple[CacheConfig, ...]:
-    """The caches ``held`` with the printed fields ``flat`` (``sliding_window=8``, ...), one record
-    per kind in ``CACHE_CONFIGS``' order: what a server, or a world, is built with."""
-    owner = _flat_owner()
-    unknown = sorted(set(flat) - set(owner))
-    if unknown:
-        raise TypeError(f"ServerConfig has no field {', '.join(map(repr, unknown))}")
-    by_type = {type(part): part for part in held}
-    parts = []
-    for record in CACHE_CONFIGS:
-        part = _cache_part(record, {k: v for k, v in flat.items() if owner[k] is record}, by_type.pop(record, None))
-        parts += [] if part is None else [part]
-    if by_type:
-        raise TypeError(f"ServerConfig: no cache kind registers {', '.join(t.__name__ for t in by_type)}")
-    return tuple(parts)
-
-
-def split_cache_fields(options: Mapping[str, Any]) -> tuple[dict[str, Any], tuple[CacheConfig, ...]]:
-    """``options`` with the caches' printed fields taken out, and those as records (``cache_parts``)."""
-    owner = _flat_owner()
-    return ({k: v for k, v in options.items() if k not in owner},
-            cache_parts({k: v for k, v in options.items() if k in owner}))
 
 
 @dataclass(frozen=True, init=False, repr=False)
@@ -158,7 +83,7 @@ class ServerConfig:
 
     def __init__(self, *, caches: tuple[CacheConfig, ...] = (), **knobs: Any) -> None:
         own = {f.name: f.default for f in fields(self) if f.name != "caches"}
-        owner = _flat_owner()
+        owner = flat_owner()
         unknown = sorted(set(knobs) - set(own) - set(owner))
         if unknown:
             raise TypeError(f"ServerConfig has no field {', '.join(map(repr, unknown))}")
@@ -184,11 +109,11 @@ class ServerConfig:
     def __getattr__(self, name: str) -> Any:
         """A cache's field by its printed name (None as the first where the server has none of it):
         the flat form this server is written in."""
-        record = _flat_owner().get(name)
+        record = flat_owner().get(name)
         if record is None:
             raise AttributeError(f"ServerConfig has no field {name!r}")
         part = next((p for p in self.__dict__.get("caches", ()) if isinstance(p, record)), None)
-        return _absent(record)[name] if part is None else getattr(part, record.FLAT[name])
+        return absent_fields(record)[name] if part is None else getattr(part, record.FLAT[name])
 
     def __repr__(self) -> str:
         return f"ServerConfig({', '.join(f'{k}={v!r}' for k, v in self.to_plain().items())})"
@@ -203,7 +128,7 @@ class ServerConfig:
                 continue
             for record in CACHE_CONFIGS:
                 part = self.part(record)
-                plain |= _absent(record) if part is None else printed_fields(part)
+                plain |= absent_fields(record) if part is None else printed_fields(part)
         return plain
 
     @classmethod
@@ -256,8 +181,6 @@ class Arrival:
         return {"rid": self.rid, "tokens": list(self.tokens), "max_new_tokens": self.max_new_tokens}
 
 
-# The prefetch policies kvparity drives (SGLang's "timeout" reads the wall clock: no run would replay).
-PREFETCH_POLICIES = ("wait_complete", "best_effort")
 # ``TrafficScenario.abort_when``'s request that stands for any: the first found in the state.
 ANY_REQUEST = "*"
 

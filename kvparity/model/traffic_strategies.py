@@ -17,10 +17,10 @@ from typing import Any, Protocol
 from hypothesis import strategies as st
 
 from kvparity.mem_cache.schedule_policy import POLICIES
+from kvparity.model.cache_configs import PREFETCH_POLICIES
 from kvparity.model.traffic import (
     ANY_REQUEST,
     EVERY_HOST_TIER,
-    PREFETCH_POLICIES,
     Arrival,
     HostOffer,
     ServerConfig,

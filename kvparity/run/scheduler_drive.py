@@ -24,7 +24,6 @@ from dataclasses import dataclass
 from typing import Any
 
 from kvparity import caches
-from kvparity.caches.sliding_window import SlidingWindow
 from kvparity.engine.change import Change
 from kvparity.engine.real.door import KnownDefect, RealTrafficPlayer, known_defect
 from kvparity.engine.releases import changes_between
@@ -34,6 +33,7 @@ from kvparity.judge.admission import TrafficJudgement, judge_traffic, traffic_pr
 from kvparity.judge.traffic_classes import rare_counts, traffic_classes
 from kvparity.judge.verdict import Finding, Played, Verdict
 from kvparity.mem_cache.schedule_policy import POLICIES
+from kvparity.model.cache_configs import SlidingWindow
 from kvparity.model.classes import (
     TRAFFIC_ABORTS,
     TRAFFIC_CHUNK_IN_FLIGHT_FREED,

@@ -11,6 +11,7 @@ from kvparity.caches.state_pool import MambaState
 from kvparity.caches.window_pool import POOL as WINDOW
 from kvparity.caches.window_pool import WindowState
 from kvparity.engine.real.versions import entry
+from kvparity.model.cache_configs import CACHE_CONFIGS
 from kvparity.model.traffic import ServerConfig
 from kvparity.model.traffic_strategies import ServeOptions, traffic_scenarios
 
@@ -39,8 +40,14 @@ def test_a_kind_registered_twice_is_refused():
     ({"hicache_ratio": 0.75}, "hicache"),
     ({"mamba_slots": 24, "hicache_ratio": 0.75}, "hicache-mamba"),
 ])
-def test_a_server_is_of_the_most_specific_kind_that_describes_it(fields, name):
+def test_a_server_is_of_the_kind_whose_caches_it_holds(fields, name):
     assert caches.kind_of(ServerConfig(**fields)).name == name
+
+
+def test_every_cache_record_a_server_may_hold_is_a_kinds_and_each_kind_holds_a_distinct_set():
+    held = [frozenset(kind.caches) for kind in caches.KINDS.values()]
+    assert set().union(*held) == set(CACHE_CONFIGS)
+    assert len(set(held)) == len(held)  # no server is of two kinds
 
 
 @pytest.mark.parametrize("name", caches.names())

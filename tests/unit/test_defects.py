@@ -9,10 +9,10 @@ from types import SimpleNamespace
 
 import pytest
 
-from kvparity.caches.mamba import MAMBA_SLOTS_PER_REQUEST
 from kvparity.engine.real.defects import KNOWN_DEFECTS, known_defect
 from kvparity.engine.traffic_run import TrafficRun
 from kvparity.judge.verdict import Row, Verdict, to_json
+from kvparity.model.cache_configs import MAMBA_SLOTS_PER_REQUEST
 from kvparity.model.classes import TRAFFIC_REQUIRED
 from kvparity.model.traffic import Arrival, HostOffer, ServerConfig, TrafficScenario
 from kvparity.model.traffic_records import TABLE_ONLY, WRONG_KV, Decision, InflightFinding, StopError

@@ -9,11 +9,11 @@ import dataclasses
 
 import pytest
 
-from kvparity.caches.sliding_window import SlidingWindow
 from kvparity.caches.window_pool import WindowState, window_conserved
 from kvparity.engine.traffic_run import TrafficRun
 from kvparity.judge.memory import run_problems
 from kvparity.judge.traffic_classes import traffic_classes
+from kvparity.model.cache_configs import SlidingWindow
 from kvparity.model.classes import (
     TRAFFIC_TOMBSTONE,
     TRAFFIC_WINDOW_BELOW_PAGE,

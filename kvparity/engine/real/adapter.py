@@ -25,10 +25,7 @@ from typing import Any, TypeVar
 import torch
 
 from kvparity.caches.host_pool import HostNode, in_tree_order
-from kvparity.caches.host_tier import HostTier
-from kvparity.caches.mamba import MambaStates
 from kvparity.caches.pool import PoolRecord
-from kvparity.caches.sliding_window import SlidingWindow, window_slots
 from kvparity.engine.canary import LaneStore, StateView
 from kvparity.engine.real import RealSGLangError
 from kvparity.engine.real.host_tier import KV_LANES, hiradix_cache, host_pool, state_host_pool
@@ -58,7 +55,14 @@ from kvparity.engine.snapshot import (
     released_pages,
 )
 from kvparity.mem_cache.errors import Exhausted
-from kvparity.model.traffic import CacheConfig, split_cache_fields
+from kvparity.model.cache_configs import (
+    CacheConfig,
+    HostTier,
+    MambaStates,
+    SlidingWindow,
+    split_cache_fields,
+    window_slots,
+)
 from kvparity.model.worlds import WorldId
 
 POISON = -12345  # kvparity.model.poison.POISON (kvparity's sentinel for cells nobody wrote)

@@ -14,9 +14,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from kvparity.caches import kind_of
-from kvparity.caches.host_tier import HostTier
-from kvparity.caches.sliding_window import BETWEEN_PAGES, window_at_odds
+from kvparity.caches.sliding_window import window_at_odds
 from kvparity.engine.release_order import version_key
+from kvparity.model.cache_configs import BETWEEN_PAGES, HostTier
 from kvparity.model.traffic import ServerConfig
 
 # The finding kinds a defect shows as (the tail of a scheduler-driven finding's label).

@@ -64,7 +64,6 @@ from typing import Any
 
 import torch
 
-from kvparity.caches.host_tier import HostTier
 from kvparity.engine.real import RealSGLangError
 from kvparity.engine.real.faulty_storage import FaultyStorage
 from kvparity.engine.real.names import lookup
@@ -77,6 +76,7 @@ from kvparity.engine.real.pool_readers import (
     STORAGE_FAULTS,
 )
 from kvparity.engine.real.versions import VersionEntry
+from kvparity.model.cache_configs import HostTier
 
 # A HiCache world's KV: float32, head_dim KV_LANES (the canary's lanes, ``LaneStore``, need 7).
 KV_LANES = 8

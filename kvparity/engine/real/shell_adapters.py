@@ -42,7 +42,7 @@ from kvparity.engine.real.standins import StandIn
 from kvparity.engine.real.versions import VersionEntry
 from kvparity.engine.releases import shell_of
 from kvparity.engine.snapshot import full_allocator
-from kvparity.model.traffic import CacheConfig
+from kvparity.model.cache_configs import CacheConfig
 
 
 @dataclasses.dataclass(frozen=True)
