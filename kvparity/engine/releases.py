@@ -215,6 +215,7 @@ RELEASES: tuple[Release, ...] = (
     Release(
         "0.5.7", shell="Shell057",
         generation=("split-init", "__init__ split into SGLang's own small initialisers"),
+        entry=dict(mamba_values_flatten=True),
         changes=(
             Change(BEHAVIOUR, "with return_logprob and logprob_start_len -1 the match is no longer capped at 0; "
                    "extend_logprob_start_len computed by Req.set_extend_input_len with a new formula"),
@@ -308,7 +309,8 @@ RELEASES: tuple[Release, ...] = (
         generation=("components", "scheduler components (receiver, streamer, result processor, checker, ...)"),
         entry=dict(input_ids_type="array", admission="fill_len", host_pool_imports_kvcacheio=False,
             swa_allocator="sglang.srt.mem_cache.allocator.swa:SWATokenToKVPoolAllocator", batch_rows_on_host=True,
-            needs_host_load_back=True),
+            needs_host_load_back=True, mamba_allocator=True, scheduler_ipc_channels=True,
+            release_req_function="sglang.srt.managers.schedule_batch:release_req", deferred_mamba_state_work=True),
         changes=(
             Change(BEHAVIOUR, "the PrefillAdder recomputes extend_logprob_start_len (set_extend_input_len) for the "
                    "chunked request's next chunk too; fill_ids become full_untruncated_fill_ids up to fill_len"),
@@ -388,7 +390,7 @@ RELEASES: tuple[Release, ...] = (
     ),
     Release(
         "0.5.18",
-        entry=dict(release_req_params=RELEASE_REQ + ("offload_kv",)),
+        entry=dict(release_req_params=RELEASE_REQ + ("offload_kv",), node_pending_ids=True),
         changes=(
             Change(BEHAVIOUR, "with a host tier, a Mamba state a node gains after its KV was backed up (a finished "
                    "request ending on a node of an earlier path) is backed up too (UnifiedTreeCore's incremental "
@@ -407,7 +409,7 @@ RELEASES: tuple[Release, ...] = (
         "0.5.19", shell="Shell0519",
         entry=dict(release_req_params=("idx", "remaing_req_count", "offload_kv"), req_kv_info=True,
             protected_len_field="kv.cache_protected_len", unified_radix_cache=UNIFIED_RADIX_CACHE,
-            tree_cores=("python",), host_tier="unified", batched_page_transfer=True),
+            tree_cores=("python",), host_tier="unified", batched_page_transfer=True, prefetch_acks=True),
         changes=(
             Change(BEHAVIOUR, "the request's row and KV lengths move to req.kv (ReqKvInfo); the scheduler builds "
                    "UnifiedRadixCache on the plain path (on its Python tree core), which kvparity drives from this "

@@ -220,3 +220,17 @@ def test_the_harness_drive_names_the_change_a_refused_requests_freed_state_comes
         assert (drive.explain(played) or "").startswith("cause: a Mamba model's request the PrefillAdder refuses")
     finally:
         drive.close()
+
+
+@pytest.mark.parametrize("version", ["0.5.15", "0.5.17", "0.5.19"])
+def test_a_waiting_requests_state_slot_is_read_where_its_release_keeps_it(version):
+    """A waiting request that holds a state slot and no row: on the request up to 0.5.18 (0.5.16 to
+    0.5.18 also have a ``req.kv``, None while the request holds no KV), on ``req.kv`` from 0.5.19."""
+    from types import SimpleNamespace
+
+    from kvparity.engine.real.pool_readers import _waiting_slots
+    from kvparity.engine.real.versions import entry
+
+    fields = SimpleNamespace(mamba_pool_idx=5, req_pool_idx=None)
+    req = {"0.5.15": fields, "0.5.17": SimpleNamespace(kv=None, **vars(fields)), "0.5.19": SimpleNamespace(kv=fields)}[version]
+    assert _waiting_slots([req], entry(version)) == (5,)

@@ -232,9 +232,8 @@ def behaviour_notes(entry: VersionEntry) -> list[str]:
     problems: list[str] = []
     sg = sglang_for(entry)
     release_src = inspect.getsource(sg.ScheduleBatch.release_req)
-    delegate = getattr(sg.schedule_batch, "release_req", None)  # 0.5.13+: the method calls a module function
-    if callable(delegate):
-        release_src += inspect.getsource(delegate)
+    if entry.release_req_function is not None:  # 0.5.13+: the method calls a module function
+        release_src += inspect.getsource(_lookup(entry.release_req_function))
     no_insert = "is_insert=False" in release_src
     if no_insert != (entry.release_req_kind == "cache_finished_req_no_insert"):
         problems.append(f"release_req {'calls' if no_insert else 'does not call'} cache_finished_req(is_insert=False)")
@@ -449,7 +448,7 @@ class RealWorld:
             self._canary_keys().zero_()  # unwritten KV reads as the canary's "unstamped"
         # A Mamba model's state slots and the rows requests may take, as the pools hand them out when
         # built (the oracles' whole of the state pool; a padding row or slot is neither).
-        allocator = state_allocator(self.req_to_token_pool) if self.mamba is not None else None
+        allocator = state_allocator(self.req_to_token_pool, entry) if self.mamba is not None else None
         self.state_slots = () if allocator is None else tuple(sorted(int(s) for s in allocator.free_slots.tolist()))
         self.request_rows = tuple(sorted(int(r) for r in self.req_to_token_pool.free_slots))
         self.observed: dict[str, Any] = {}
@@ -723,7 +722,7 @@ class RealWorld:
         kv = req.kv if self.entry.req_kv_info else req
         kv.mamba_cow_src_index, kv.mamba_needs_clear = None, False
         if kv.mamba_pool_idx is not None:
-            state_allocator(self.req_to_token_pool).free(kv.mamba_pool_idx.unsqueeze(-1))
+            state_allocator(self.req_to_token_pool, self.entry).free(kv.mamba_pool_idx.unsqueeze(-1))
             kv.mamba_pool_idx = None
 
     def cache_finished_req(self, req: Any) -> None:
@@ -774,7 +773,7 @@ class RealWorld:
         tree, sorted (kvparity's ``RadixCache.contents()`` format); [] for a ChunkCache."""
         cache = self.tree_cache if cache is None else cache
         if self.tree_class == "unified":
-            return unified_tree_nodes(cache) if self.cache_kind == "radix" else []
+            return unified_tree_nodes(cache, self.entry) if self.cache_kind == "radix" else []
         entries = [(extra, path, tuple(int(v) for v in node.value.tolist()), _lock_ref(node))
                    for node, extra, path in _walk(cache) if node.value is not None]  # None: on the host only
         return sorted(entries, key=lambda e: (e[0] is not None, e[0] or "", e[1], e[2], e[3]))
@@ -782,12 +781,12 @@ class RealWorld:
     def host_nodes(self) -> list[HostNode]:
         """A host tier's nodes holding host KV or listed by a load-back (``HostNode``), by path."""
         if self.tree_class == "unified":
-            return host_nodes(self.tree_cache)
+            return host_nodes(self.tree_cache, self.entry)
         return _radix_host_nodes(self.tree_cache)
 
     def state_host_nodes(self) -> list[HostNode]:
         """A Mamba model's host tier's nodes holding a host state (``HostNode``), by path."""
-        return state_host_nodes(self.tree_cache)
+        return state_host_nodes(self.tree_cache, self.entry)
 
     def pool_records(self, radix: bool, reqs: Iterable[Any]) -> dict[str, PoolRecord]:
         """The records of the pools beside the device's KV (``pool_readers``)."""
@@ -880,11 +879,10 @@ def _walk(cache: Any):
         return
 
     def tokens(node: Any) -> tuple[int, ...]:
-        key = node.key
-        return tuple(int(t) for t in getattr(key, "token_ids", key))
+        return tuple(int(t) for t in node.key.token_ids)
 
     def extra(node: Any) -> Any:
-        return getattr(node.key, "extra_key", None)
+        return node.key.extra_key
 
     def ordered(node: Any) -> list[Any]:
         return sorted(node.children.values(), key=lambda c: (extra(c) is not None, extra(c) or "", tokens(c)))
@@ -937,7 +935,7 @@ class RealBatch:
             self.last_loc = None if seen is None else seen["last_loc"]
         self.out_cache_loc = self.inner.out_cache_loc
         if self.world.mamba is not None:  # what the model runner does before the forward's Mamba layers read
-            run_deferred_state_work(self.world.req_to_token_pool, self.inner)
+            run_deferred_state_work(self.world.entry, self.world.req_to_token_pool, self.inner)
         return self.out_cache_loc
 
     def as_running(self, slotted: list[int] | None = None) -> None:

@@ -126,7 +126,7 @@ class PrefixLenWorld(RealWorld):
         """The core actually built (SGLang falls back to Python silently when Rust cannot load)."""
         from kvparity.engine.real.unified_tree import tree_core_kind
 
-        return tree_core_kind(self.tree_cache) if self.tree_class == "unified" else "n/a"
+        return tree_core_kind(self.tree_cache, self.entry) if self.tree_class == "unified" else "n/a"
 
     # ------------------------------------------------------------------ the scheduler's hooks
 

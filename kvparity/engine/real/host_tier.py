@@ -509,6 +509,9 @@ class _Pumped(queue.Queue):
 # The controller's thread and the queue its loop serves.
 _STORAGE_THREADS = (("prefetch_thread", "prefetch_queue"), ("prefetch_io_aux_thread", "prefetch_buffer"),
                     ("prefetch_sync_thread", "prefetch_sync_queue"), ("backup_thread", "backup_queue"))
+# Those the storage starts with before 0.5.19 (the entry's ``prefetch_acks``): the prefetch loop
+# starts its io thread itself, and there is no sync thread.
+_STARTED_BEFORE_ACKS = ("prefetch_thread", "backup_thread")
 
 
 # The parallel-state functions the controller module imports up to 0.5.15 (the pipeline's from 0.5.15).
@@ -556,7 +559,7 @@ def _run_storage_inline(controller: Any, entry: VersionEntry) -> None:
     setattr(controller, "storage_stop_event" if entry.storage_stop_event else "stop_event", stop)
     _count_fetches(controller, entry)
     for thread, served in _STORAGE_THREADS:
-        if hasattr(controller, thread):
+        if entry.prefetch_acks or thread in _STARTED_BEFORE_ACKS:
             setattr(controller, served, _Pumped(_adopting(controller, getattr(controller, thread).target, stop), stop))
 
 

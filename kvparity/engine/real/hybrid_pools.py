@@ -189,14 +189,17 @@ def state_view(req_to_token_pool: Any, rows: dict[str, int]) -> StateView:
     return StateView({rid: int(mapping[row]) for rid, row in rows.items()}, read, write)
 
 
-def run_deferred_state_work(req_to_token_pool: Any, batch: Any) -> None:
-    """What a model runner does before an extend's Mamba layers read the pool (0.5.15+:
-    ``_maybe_execute_deferred_mamba_cow_and_clear``): zero the slots the batch lists as new, then
-    copy the states the tree matched into the requests' own slots (copy on write). Earlier
-    releases copy at match time and zero at allocation: their batches list none."""
-    clear = getattr(batch, "mamba_clear_indices", None)
+def run_deferred_state_work(entry: VersionEntry, req_to_token_pool: Any, batch: Any) -> None:
+    """What the forward does before an extend's Mamba layers read the pool (0.5.13+, the entry's
+    ``deferred_mamba_state_work``: the hybrid linear attention backend in 0.5.13 and 0.5.14, the
+    model runner's ``_maybe_execute_deferred_mamba_cow_and_clear`` from 0.5.15): zero the slots the
+    batch lists as new, then copy the states the tree matched into the requests' own slots (copy on
+    write). Earlier releases copy at match time and zero at allocation, and list none."""
+    if not entry.deferred_mamba_state_work:
+        return
+    clear = batch.mamba_clear_indices
     if clear is not None and len(clear):
         req_to_token_pool.mamba_pool.clear_slots(clear)
-    src = getattr(batch, "mamba_cow_src_indices", None)
+    src = batch.mamba_cow_src_indices
     if src is not None and len(src):
         req_to_token_pool.mamba_pool.copy_from(src, batch.mamba_cow_dst_indices)

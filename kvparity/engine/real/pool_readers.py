@@ -19,6 +19,7 @@ from kvparity.caches.state_pool import POOL as STATES_POOL
 from kvparity.caches.state_pool import MambaState
 from kvparity.caches.window_pool import POOL as WINDOW_POOL
 from kvparity.caches.window_pool import WindowState
+from kvparity.engine.real.versions import VersionEntry
 from kvparity.engine.snapshot import _host_copy, released_pages
 
 
@@ -29,12 +30,12 @@ def pool_records(world: Any, radix: bool, reqs: Iterable[Any]) -> dict[str, Pool
     found: dict[str, PoolRecord | None] = {
         WINDOW_POOL.name: window_state(world.allocator, world.tree_cache, radix),
         STATES_POOL.name: None if getattr(world, "mamba", None) is None else mamba_state(
-            world.req_to_token_pool, world.tree_cache, radix, world.state_slots, world.request_rows, reqs),
+            world.entry, world.req_to_token_pool, world.tree_cache, radix, world.state_slots, world.request_rows, reqs),
         HOST_POOL.name: None if getattr(world, "host_pool", None) is None else host_state(
-            world.host_pool, world.host_nodes(), kv_in_flight(world.tree_cache),
+            world.host_pool, world.host_nodes(), kv_in_flight(world.tree_cache, world.entry),
             **controller_counts(world.tree_cache.cache_controller)),
         STATE_HOST_POOL.name: None if getattr(world, "state_host_pool", None) is None else host_state(
-            world.state_host_pool, world.state_host_nodes(), state_in_flight(world.tree_cache)),
+            world.state_host_pool, world.state_host_nodes(), state_in_flight(world.tree_cache, world.entry)),
     }
     return {name: record for name, record in found.items() if record is not None}
 
@@ -93,40 +94,43 @@ def host_state(host_pool: Any, nodes: list[HostNode], in_flight: set[int], **cou
                      in_flight=tuple(sorted(in_flight)), **counts)
 
 
-def kv_in_flight(tree: Any) -> set[int]:
+def kv_in_flight(tree: Any, entry: VersionEntry) -> set[int]:
     """The host KV slots fetches from storage hold: each fetch's, and the pages one's transfer
     gives back, not yet released."""
     fetching = {int(s) for entry in getattr(tree, "ongoing_prefetch", {}).values() for s in _fetch_holds(entry)}
     return fetching | _releasing(getattr(tree.cache_controller, "host_mem_release_queue", None)) | \
-        _ended_early(tree.cache_controller)
+        _ended_early(tree.cache_controller, entry)
 
 
-def _ended_early(controller: Any) -> set[int]:
+def _ended_early(controller: Any, entry: VersionEntry) -> set[int]:
     """The host slots past what it fetched that a fetch its policy ended early still holds: given
     back when its last acknowledgement (``completed_req``) is read, a pass later (UnifiedRadixCache's
     tier, 0.5.19 on; 0.5.23 only where the operation's ``ack_releases_incomplete_host_indices`` says)."""
-    return {int(s) for op in _ended_early_operations(controller) if op.host_indices is not None
+    return {int(s) for op in _ended_early_operations(controller, entry) if op.host_indices is not None
             for s in _host_copy(op.host_indices[op.completed_tokens:]).tolist()}
 
 
-def _ended_early_operations(controller: Any) -> list[Any]:
+def _ended_early_operations(controller: Any, entry: VersionEntry) -> list[Any]:
     """The fetches whose last acknowledgement (``completed_req``) waits to be read, each to give back
-    what it holds past what came: its KV slots' tail and, its extra pools' transfers not done, those."""
-    acks = [ack for name in ("prefetch_sync_queue", "ack_prefetch_queue")
-            for ack in list(getattr(getattr(controller, name, None), "queue", ()))]
-    return [ack.operation for ack in acks if getattr(ack, "completed_req", False)
+    what it holds past what came: its KV slots' tail and, its extra pools' transfers not done, those
+    (none before 0.5.19: the entry's ``prefetch_acks``; the sync queue is None without storage)."""
+    if not entry.prefetch_acks:
+        return []
+    acks = [ack for queue in (controller.prefetch_sync_queue, controller.ack_prefetch_queue) if queue is not None
+            for ack in list(queue.queue)]
+    return [ack.operation for ack in acks if ack.completed_req
             and getattr(ack.operation, "ack_releases_incomplete_host_indices", True)]
 
 
-def state_in_flight(tree: Any) -> set[int]:
+def state_in_flight(tree: Any, entry: VersionEntry) -> set[int]:
     """The host state slots fetches from storage hold: a fetch's transfers of the Mamba pool, and
     the slots one gives back, queued for release (the controller's queue of that pool)."""
     fetching = {int(s) for entry in tree.ongoing_prefetch.values() for transfers in entry.comp_xfers.values()
                 for transfer in transfers if transfer.name == STATE_POOL and transfer.host_indices is not None
                 for s in _host_copy(transfer.host_indices).tolist()}
     queues = getattr(tree.cache_controller, "extra_host_mem_release_queues", {})
-    ended = {int(s) for op in _ended_early_operations(tree.cache_controller)
-             if not getattr(op, "pool_transfers_done", False) for transfer in (getattr(op, "pool_transfers", None) or ())
+    ended = {int(s) for op in _ended_early_operations(tree.cache_controller, entry)
+             if not op.pool_transfers_done for transfer in (op.pool_transfers or ())
              if transfer.name == STATE_POOL and transfer.host_indices is not None
              for s in _host_copy(transfer.host_indices).tolist()}
     return fetching | _releasing(queues.get(STATE_POOL)) | ended
@@ -159,49 +163,46 @@ def _fetch_of(entry: Any) -> tuple[Any, Any]:
     return entry[-1].host_indices, entry[-1]
 
 
-def state_allocator(req_to_token_pool: Any) -> Any:
-    """Who hands out a Mamba model's state slots: the pool's ``mamba_allocator`` (0.5.13+), else
-    its ``MambaPool`` (None for a request pool without states)."""
-    allocator = getattr(req_to_token_pool, "mamba_allocator", None)
-    return allocator if allocator is not None else getattr(req_to_token_pool, "mamba_pool", None)
+def state_allocator(req_to_token_pool: Any, entry: VersionEntry) -> Any:
+    """Who hands out a Mamba model's state slots: its request pool's ``mamba_allocator`` (0.5.13+,
+    the entry's ``mamba_allocator``), else its ``MambaPool``."""
+    return req_to_token_pool.mamba_allocator if entry.mamba_allocator else req_to_token_pool.mamba_pool
 
 
-def mamba_state(req_to_token_pool: Any, tree: Any, radix: bool, slots: tuple[int, ...],
-                rows: tuple[int, ...], reqs: Iterable[Any] = ()) -> MambaState | None:
-    """The state pool of a Mamba model's request pool (None for a request pool without one);
-    ``slots`` and ``rows``: the pool's state slots and request rows, as its free lists held them
-    when built (a padding row or slot is neither); ``reqs``: the player's waiting SGLang requests
-    (a match may have taken a slot for one)."""
-    allocator = state_allocator(req_to_token_pool)
-    if allocator is None:
-        return None
+def mamba_state(entry: VersionEntry, req_to_token_pool: Any, tree: Any, radix: bool, slots: tuple[int, ...],
+                rows: tuple[int, ...], reqs: Iterable[Any] = ()) -> MambaState:
+    """The state pool of a Mamba model's request pool; ``slots`` and ``rows``: the pool's state
+    slots and request rows, as its free lists held them when built (a padding row or slot is
+    neither); ``reqs``: the player's waiting SGLang requests (a match may have taken a slot for one)."""
+    allocator = state_allocator(req_to_token_pool, entry)
     in_use = sorted(set(rows) - set(int(r) for r in req_to_token_pool.free_slots))
     mapping = _host_copy(req_to_token_pool.req_index_to_mamba_index_mapping).tolist()
-    kept = tree_state_slots(tree) if radix else []
+    kept = tree_state_slots(tree, entry) if radix else []
     return MambaState(
-        slots=slots, rows=tuple((row, int(mapping[row])) for row in in_use), waiting=_waiting_slots(reqs),
+        slots=slots, rows=tuple((row, int(mapping[row])) for row in in_use), waiting=_waiting_slots(reqs, entry),
         tree=tuple(sorted(int(s) for s in kept)), free=tuple(int(s) for s in _host_copy(allocator.free_slots).tolist()),
         available_size=int(allocator.available_size()),
         evictable_size=int(tree.mamba_evictable_size()) if radix else 0,
         protected_size=int(tree.mamba_protected_size()) if radix else 0)
 
 
-def _waiting_slots(reqs: Iterable[Any]) -> tuple[int, ...]:
-    """The state slots of waiting requests that hold no row (the state fields are on ``req.kv``
-    from 0.5.19)."""
+def _waiting_slots(reqs: Iterable[Any], entry: VersionEntry) -> tuple[int, ...]:
+    """The state slots of waiting requests that hold no row. The state fields are on ``req.kv``
+    from 0.5.19 (the entry's ``req_kv_info``); 0.5.16 to 0.5.18 have a ``req.kv`` of their own, a
+    ``ReqKvInfo`` set only while the request holds KV, and keep them on the request."""
     held = []
     for req in reqs:
-        kv = getattr(req, "kv", req)
-        slot = getattr(kv, "mamba_pool_idx", None)
-        if slot is not None and getattr(kv, "req_pool_idx", None) is None:
-            held.append(int(slot))
+        kv = req.kv if entry.req_kv_info else req
+        if kv.mamba_pool_idx is not None and kv.req_pool_idx is None:
+            held.append(int(kv.mamba_pool_idx))
     return tuple(sorted(held))
 
 
-def tree_state_slots(tree: Any) -> list[int]:
-    """The state slots a Mamba tree keeps: ``all_mamba_values_flatten`` (0.5.7+), or before it each
-    node's ``mamba_value``."""
-    if hasattr(tree, "all_mamba_values_flatten"):
+def tree_state_slots(tree: Any, entry: VersionEntry) -> list[int]:
+    """The state slots a Mamba tree keeps: ``all_mamba_values_flatten`` (0.5.7+, the entry's
+    ``mamba_values_flatten``: MambaRadixCache's and UnifiedRadixCache's), or before it each node's
+    ``mamba_value``."""
+    if entry.mamba_values_flatten:
         return [int(s) for s in _host_copy(tree.all_mamba_values_flatten()).tolist()]
     return [int(s) for node in tree._collect_all_nodes() if node.mamba_value is not None
             for s in node.mamba_value.tolist()]

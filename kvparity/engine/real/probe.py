@@ -34,6 +34,7 @@ from kvparity.engine.releases import UNIFIED_RADIX_CACHE
 _SB = "sglang.srt.managers.schedule_batch"
 _COMMON = "sglang.srt.mem_cache.common"
 _REQ = f"{_SB}:Req"
+_URC_MODULE = UNIFIED_RADIX_CACHE.split(":")[0]
 
 
 @dataclass(frozen=True)
@@ -106,7 +107,11 @@ def _host_tier_facts(entry: VersionEntry) -> list[Fact]:
             Fact(f"{controller}:HiCacheController._page_transfer_kv_batch", present=entry.batched_page_transfer),
             Fact(f"{controller}:get_tensor_model_parallel_rank", present=entry.controller_rank_functions),
             Fact("sglang.srt.runtime_context:ParallelContext.override_permanently",
-                 present=entry.permanent_parallel_override)]
+                 present=entry.permanent_parallel_override),
+            Fact(f"{controller}:HiCacheController.prefetch_sync_thread", present=entry.prefetch_acks),
+            Fact(f"{controller}:HiCacheController.prefetch_thread_func", says="self.prefetch_buffer = Queue()",
+                 present=not entry.prefetch_acks),
+            Fact(f"{controller}:PrefetchAck", present=entry.prefetch_acks)]
 
 
 def entry_facts(entry: VersionEntry) -> list[Fact]:
@@ -133,7 +138,23 @@ def entry_facts(entry: VersionEntry) -> list[Fact]:
               Fact(f"{_REQ}.host_loaded_length", present=entry.host_loaded_length),
               Fact(f"{_REQ}.lock_receipt", present=entry.lock_receipt),
               Fact(f"{_REQ}.needs_host_load_back", present=entry.needs_host_load_back),
-              Fact(f"{_REQ}.cache_request_handle", present=entry.cache_request_handle)]
+              Fact(f"{_REQ}.cache_request_handle", present=entry.cache_request_handle),
+              Fact(f"{UNIFIED_RADIX_CACHE}.tree_core", present=entry.unified_tree_core),
+              Fact(f"{_URC_MODULE}:_OngoingLoadBack.node_id", present=entry.unified_tree_core),
+              Fact("sglang.srt.mem_cache.unified_cache.unified_tree_core:UnifiedTreeNode.load_back_pending_id",
+                   present=entry.node_pending_ids),
+              Fact("sglang.srt.mem_cache.memory_pool:HybridReqToTokenPool.mamba_allocator", present=entry.mamba_allocator),
+              Fact(f"{_SB}:ReqKvInfo.mamba_pool_idx", present=entry.req_kv_info),
+              Fact("sglang.srt.managers.scheduler:Scheduler.ipc_channels", present=entry.scheduler_ipc_channels),
+              Fact(entry.release_req_function or f"{_SB}:release_req", present=entry.release_req_function is not None),
+              Fact("sglang.srt.mem_cache.radix_cache:RadixKey.extra_key"),
+              Fact("sglang.srt.mem_cache.radix_cache:RadixKey.token_ids"),
+              Fact(f"{_SB}:ScheduleBatch.mamba_clear_indices", present=entry.deferred_mamba_state_work),
+              Fact(f"{_SB}:ScheduleBatch.mamba_cow_src_indices", present=entry.deferred_mamba_state_work)]
+    if entry.mamba_tree is not None and entry.hybrid_tree == "own":
+        facts.append(Fact(f"{entry.mamba_tree}.all_mamba_values_flatten", present=entry.mamba_values_flatten))
+    if entry.write_cache_indices is None:  # nor a module function of that name
+        facts.append(Fact(f"{_COMMON}:write_cache_indices", present=False))
     facts += _host_tier_facts(entry)
     facts += _hybrid_cache_facts(entry)
     facts += _admission_facts(entry.admission)

@@ -143,7 +143,7 @@ class Forward:
         known = [tuple(r.origin_input_ids) + tuple(r.output_ids) for r in reqs]
         if batch.forward_mode.is_extend():
             if shell._kvp_world.mamba is not None:  # what the model runner does before the Mamba layers read
-                run_deferred_state_work(shell.req_to_token_pool, worker_batch)
+                run_deferred_state_work(shell._kvp_entry, shell.req_to_token_pool, worker_batch)
             prefix_lens, _ = shell._kvp_adapter.extend_lens(batch)
             requests = extend_requests(rids, rows, seq_lens, prefix_lens, input_ids, out_cache_loc, known)
         else:
@@ -597,8 +597,8 @@ class _AbortAnswers:
 
 def _answer_aborts(shell: Any) -> None:
     """SGLang's channels to the tokenizer (the scheduler's own and, from 0.5.13, its IPC
-    channels'), each behind ``_AbortAnswers``."""
-    for owner in (shell, getattr(shell, "ipc_channels", None)):
+    channels': the entry's ``scheduler_ipc_channels``), each behind ``_AbortAnswers``."""
+    for owner in (shell, shell.ipc_channels if shell._kvp_entry.scheduler_ipc_channels else None):
         if owner is not None:
             owner.send_to_tokenizer = _AbortAnswers(shell, getattr(owner, "send_to_tokenizer", None))
 
@@ -729,5 +729,5 @@ def _tree_label(world: Any) -> str:
         return type(world.tree_cache).__name__ if hybrid else world.cache_kind
     from kvparity.engine.real.unified_tree import tree_core_kind
 
-    return (f"unified/{tree_core_kind(world.tree_cache)}" + ("" if world.cache_kind == "radix" else " (disabled)")
+    return (f"unified/{tree_core_kind(world.tree_cache, world.entry)}" + ("" if world.cache_kind == "radix" else " (disabled)")
             + hybrid)

@@ -36,6 +36,7 @@ from typing import Any
 
 from kvparity.caches.host_pool import HostNode, in_tree_order
 from kvparity.engine.real import RealSGLangError
+from kvparity.engine.real.versions import VersionEntry
 
 NodeEntry = tuple[str | None, tuple[int, ...], tuple[int, ...], int]
 
@@ -61,20 +62,16 @@ def _components(cache: Any) -> tuple[Any, ...]:
     return components
 
 
-def _core(cache: Any) -> Any:
-    """The tree's core: its ``tree_core``, or (0.5.16, nodes in the class) the cache itself."""
-    core = getattr(cache, "tree_core", None)
-    if core is None and hasattr(cache, "root_node") and hasattr(cache.root_node, "component_data"):
-        core = cache
-    if core is None:
-        raise UnifiedTreeUnsupported(f"{type(cache).__name__} has no tree_core: not a UnifiedRadixCache (0.5.16+)")
-    _components(cache)
-    return core
+def _core(cache: Any, entry: VersionEntry) -> Any:
+    """The tree's core: its ``tree_core`` (0.5.17+, the entry's ``unified_tree_core``), or (0.5.16,
+    nodes in the class) the cache itself."""
+    _components(cache)  # refuses a tree that is no UnifiedRadixCache
+    return cache.tree_core if entry.unified_tree_core else cache
 
 
-def tree_core_kind(cache: Any) -> str:
+def tree_core_kind(cache: Any, entry: VersionEntry) -> str:
     """'rust', 'python' or 'in-class' (0.5.16): the TreeCore the cache really holds (not what was asked)."""
-    core = _core(cache)
+    core = _core(cache, entry)
     if core is cache:
         return "in-class"
     # Look the Rust adapter up in sys.modules instead of importing it: importing loads the
@@ -89,16 +86,16 @@ def tree_core_kind(cache: Any) -> str:
     raise UnifiedTreeUnsupported(f"unknown TreeCore class {type(core).__module__}.{type(core).__qualname__}")
 
 
-def unified_tree_nodes(cache: Any) -> list[NodeEntry]:
+def unified_tree_nodes(cache: Any, entry: VersionEntry) -> list[NodeEntry]:
     """One ``(extra_key, full token path, node slots, FULL lock_ref)`` per non-root node, sorted
     by (extra_key is not None, extra_key or "", path, slots, lock). On the Rust core this backfills
     page hashes (see the module docstring) and parses ``pretty_print`` for node ids and locks,
     because the Rust core exposes neither through a structured accessor."""
     if getattr(cache, "disable", False):
         return []  # a disabled tree holds nothing (and keeps no nodes to walk)
-    kind = tree_core_kind(cache)
+    kind = tree_core_kind(cache, entry)
     full = _components(cache)[0]
-    entries = _rust_nodes(cache.tree_core, full) if kind == "rust" else _python_nodes(_core(cache), full)
+    entries = _rust_nodes(cache.tree_core, full) if kind == "rust" else _python_nodes(_core(cache, entry), full)
     return sorted(entries, key=lambda e: (e[0] is not None, e[0] or "", e[1], e[2], e[3]))
 
 
@@ -130,45 +127,43 @@ def _walk(core: Any, full: Any) -> Iterator[tuple[Any, tuple[int, ...], Any]]:
         stack.extend((child, path) for child in node.children.values())
 
 
-def host_nodes(cache: Any) -> list[HostNode]:
+def host_nodes(cache: Any, entry: VersionEntry) -> list[HostNode]:
     """A host tier's nodes with host KV or listed by a load-back (``HostNode``), sorted by path
     (the Python core; the Rust core lists no host values)."""
-    if tree_core_kind(cache) == "rust":
+    if tree_core_kind(cache, entry) == "rust":
         raise UnifiedTreeUnsupported("a host tier's nodes are read from the Python tree core only")
-    listed = _listed(cache)
+    listed = _listed(cache, entry)
     out = [HostNode(path, () if data.host_value is None else tuple(int(v) for v in data.host_value.tolist()),
                     None if data.value is None else tuple(int(v) for v in data.value.tolist()),
                     *listed(node), node.key.extra_key)
-           for node, path, data in _walk(_core(cache), _components(cache)[0])
+           for node, path, data in _walk(_core(cache, entry), _components(cache)[0])
            if data.host_value is not None or listed(node)[1]]
     return in_tree_order(out)
 
 
-def _listed(cache: Any) -> Callable[[Any], tuple[bool, bool]]:
-    """Whether a backup and a load-back list a node: on the node from 0.5.18, in the cache's
-    tables of ongoing transfers before (by node id in 0.5.17, the node itself in 0.5.16)."""
-    def ids(table: str) -> set[int]:
-        entries = getattr(cache, table, {}).values()
-        return {entry.node_id if hasattr(entry, "node_id") else entry.node.id for entry in entries}
-    writing, loading = ids("ongoing_write_through"), ids("ongoing_load_back")
+def _listed(cache: Any, entry: VersionEntry) -> Callable[[Any], tuple[bool, bool]]:
+    """Whether a backup and a load-back list a node: on the node from 0.5.18 (the entry's
+    ``node_pending_ids``), in the cache's tables of ongoing transfers before (by node id in 0.5.17,
+    the entry's ``unified_tree_core``; the node itself in 0.5.16)."""
+    if entry.node_pending_ids:
+        return lambda node: (node.write_through_pending_id is not None, node.load_back_pending_id is not None)
 
-    def listed(node: Any) -> tuple[bool, bool]:
-        if hasattr(node, "load_back_pending_id"):
-            return node.write_through_pending_id is not None, node.load_back_pending_id is not None
-        return node.id in writing, node.id in loading
-    return listed
+    def ids(table: dict[Any, Any]) -> set[int]:
+        return {e.node_id if entry.unified_tree_core else e.node.id for e in table.values()}
+    writing, loading = ids(cache.ongoing_write_through), ids(cache.ongoing_load_back)
+    return lambda node: (node.id in writing, node.id in loading)
 
 
-def state_host_nodes(cache: Any) -> list[HostNode]:
+def state_host_nodes(cache: Any, entry: VersionEntry) -> list[HostNode]:
     """A Mamba model's nodes with a host state (``HostNode``: its one host slot, its device state
     slot or None), sorted by path (the Python core)."""
-    if tree_core_kind(cache) == "rust":
+    if tree_core_kind(cache, entry) == "rust":
         raise UnifiedTreeUnsupported("a host tier's nodes are read from the Python tree core only")
-    mamba, listed = _components(cache)[1], _listed(cache)
+    mamba, listed = _components(cache)[1], _listed(cache, entry)
     out = [HostNode(path, tuple(int(v) for v in data.host_value.tolist()),
                     None if data.value is None else tuple(int(v) for v in data.value.tolist()),
                     *listed(node), node.key.extra_key)
-           for node, path, data in _walk(_core(cache), mamba) if data.host_value is not None]
+           for node, path, data in _walk(_core(cache, entry), mamba) if data.host_value is not None]
     return in_tree_order(out)
 
 

@@ -178,6 +178,25 @@ class VersionEntry:
     # from 0.5.23).
     needs_host_load_back: bool = False
     cache_request_handle: bool = False
+    # A storage prefetch's pages are acknowledged through the controller's ``prefetch_sync_queue``
+    # and ``ack_prefetch_queue`` (``PrefetchAck``), its sync and io threads and its buffer made as
+    # the storage starts (0.5.19+; before, the prefetch loop makes its buffer and io thread itself).
+    prefetch_acks: bool = False
+    # The Python tree core's node keeps the ids of its pending load-back and write-through,
+    # ``load_back_pending_id`` (0.5.18+).
+    node_pending_ids: bool = False
+    # A Mamba request pool hands state slots out of ``mamba_allocator`` (0.5.13+; its
+    # ``mamba_pool`` before), and its own Mamba tree lists every state it keeps,
+    # ``all_mamba_values_flatten`` (0.5.7+; each node's ``mamba_value`` before).
+    mamba_allocator: bool = False
+    mamba_values_flatten: bool = False
+    # The scheduler sends through ``ipc_channels`` (0.5.13+; its own ``send_to_tokenizer`` before).
+    scheduler_ipc_channels: bool = False
+    # ``ScheduleBatch.release_req`` calls this module function (0.5.13+; None: it is the method's own).
+    release_req_function: str | None = None
+    # A batch carries the Mamba state work its forward does first, ``mamba_clear_indices`` and
+    # ``mamba_cow_src_indices`` (0.5.13+: the scheduler defers it to the forward).
+    deferred_mamba_state_work: bool = False
 
     @property
     def serves_mamba(self) -> bool:
