@@ -382,7 +382,8 @@ def _driven(tree: Any, tier: HostTier, folder: str | None, entry: VersionEntry, 
 
 
 def host_pool(tree: Any) -> Any:
-    """The tree's host KV pool (the anchor of a pool group from 0.5.23)."""
+    """The tree's host KV pool: the anchor of the controller's pool group where it holds one
+    (UnifiedRadixCache's host tier), else the controller's own pool (HiRadixCache's)."""
     host = tree.cache_controller.mem_pool_host
     anchor = getattr(host, "anchor_entry", None)
     return anchor.host_pool if anchor is not None else host
