@@ -8,9 +8,10 @@ are not). A new kind adds its record here, last (the printed order)."""
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping
 from dataclasses import dataclass, fields
-from typing import TYPE_CHECKING, Any, ClassVar, Protocol
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol, TypeVar
 
 if TYPE_CHECKING:
     from kvparity.model.traffic import ServerConfig
@@ -35,11 +36,21 @@ class CacheConfig(Protocol):
         ...
 
 
+Part = TypeVar("Part", bound=CacheConfig)
+
+
+def part_of(caches: tuple[CacheConfig, ...], record: type[Part]) -> Part | None:
+    """The cache of ``record``'s kind among ``caches`` (None: none)."""
+    return next((p for p in caches if isinstance(p, record)), None)
+
+
+@functools.cache
 def flat_owner() -> dict[str, type[CacheConfig]]:
-    """Each printed name's cache record."""
+    """Each printed name's cache record (read, never changed: built once)."""
     return {name: record for record in CACHE_CONFIGS for name in record.FLAT}
 
 
+@functools.cache
 def absent_fields(record: type[CacheConfig]) -> dict[str, Any]:
     """A record's printed fields where a server has none of it: its first None, the rest their defaults."""
     defaults = {f.name: f.default for f in fields(record)}  # type: ignore[arg-type]
@@ -82,13 +93,6 @@ def cache_parts(flat: Mapping[str, Any], held: tuple[CacheConfig, ...] = ()) -> 
     if by_type:
         raise TypeError(f"ServerConfig: no cache record is {', '.join(t.__name__ for t in by_type)}")
     return tuple(parts)
-
-
-def split_cache_fields(options: Mapping[str, Any]) -> tuple[dict[str, Any], tuple[CacheConfig, ...]]:
-    """``options`` with the caches' printed fields taken out, and those as records (``cache_parts``)."""
-    owner = flat_owner()
-    return ({k: v for k, v in options.items() if k not in owner},
-            cache_parts({k: v for k, v in options.items() if k in owner}))
 
 
 # A window pool, as a share of the server's full pool (SGLang's default ``--swa-full-tokens-ratio``).

@@ -8,15 +8,17 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields, replace
-from typing import Any, TypeVar
+from typing import Any
 
 from kvparity.mem_cache.schedule_policy import POLICIES
 from kvparity.model.cache_configs import (
     CACHE_CONFIGS,
     CacheConfig,
+    Part,
     absent_fields,
     cache_parts,
     flat_owner,
+    part_of,
     printed_fields,
 )
 from kvparity.model.classes import TRAFFIC_ABORTS
@@ -83,13 +85,10 @@ class ServerConfig:
 
     def __init__(self, *, caches: tuple[CacheConfig, ...] = (), **knobs: Any) -> None:
         own = {f.name: f.default for f in fields(self) if f.name != "caches"}
-        owner = flat_owner()
-        unknown = sorted(set(knobs) - set(own) - set(owner))
-        if unknown:
-            raise TypeError(f"ServerConfig has no field {', '.join(map(repr, unknown))}")
         for name, default in own.items():
             object.__setattr__(self, name, knobs.get(name, default))
-        object.__setattr__(self, "caches", cache_parts({k: v for k, v in knobs.items() if k in owner}, caches))
+        # The rest are the caches' printed fields (``cache_parts`` refuses a name that is none).
+        object.__setattr__(self, "caches", cache_parts({k: v for k, v in knobs.items() if k not in own}, caches))
         self.__post_init__()
 
     def with_part(self, part: CacheConfig, **changes: Any) -> ServerConfig:
@@ -104,7 +103,7 @@ class ServerConfig:
 
     def part(self, record: type[Part]) -> Part | None:
         """This server's cache of ``record``'s kind (None: it has none)."""
-        return next((p for p in self.caches if isinstance(p, record)), None)
+        return part_of(self.caches, record)
 
     def __getattr__(self, name: str) -> Any:
         """A cache's field by its printed name (None as the first where the server has none of it):
@@ -112,7 +111,7 @@ class ServerConfig:
         record = flat_owner().get(name)
         if record is None:
             raise AttributeError(f"ServerConfig has no field {name!r}")
-        part = next((p for p in self.__dict__.get("caches", ()) if isinstance(p, record)), None)
+        part = self.part(record)
         return absent_fields(record)[name] if part is None else getattr(part, record.FLAT[name])
 
     def __repr__(self) -> str:
@@ -160,9 +159,6 @@ class ServerConfig:
             raise ValueError(f"ServerConfig.forced_retraction={self.forced_retraction}: an interval >= 1, or None for off")
         for part in self.caches:
             part.check(self)
-
-
-Part = TypeVar("Part", bound=CacheConfig)
 
 
 @dataclass(frozen=True)

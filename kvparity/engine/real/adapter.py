@@ -20,7 +20,7 @@ import inspect
 import os
 from array import array
 from collections.abc import Callable, Iterable
-from typing import Any, TypeVar
+from typing import Any
 
 import torch
 
@@ -44,7 +44,7 @@ from kvparity.engine.real.hybrid_pools import (
 )
 from kvparity.engine.real.names import lookup as _lookup
 from kvparity.engine.real.names import optional as _optional
-from kvparity.engine.real.pool_readers import pool_records, state_allocator
+from kvparity.engine.real.pool_readers import pool_records, state_allocator, state_fields
 from kvparity.engine.real.unified_tree import host_nodes, state_host_nodes, unified_tree_nodes
 from kvparity.engine.real.versions import VersionEntry
 from kvparity.engine.releases import UNIFIED_RADIX_CACHE
@@ -60,7 +60,9 @@ from kvparity.model.cache_configs import (
     HostTier,
     MambaStates,
     SlidingWindow,
-    split_cache_fields,
+    cache_parts,
+    flat_owner,
+    part_of,
     window_slots,
 )
 from kvparity.model.worlds import WorldId
@@ -333,13 +335,6 @@ class GeometryView:
         )
 
 
-Part = TypeVar("Part", bound=CacheConfig)
-
-
-def _part(caches: tuple[CacheConfig, ...], record: type[Part]) -> Part | None:
-    return next((p for p in caches if isinstance(p, record)), None)
-
-
 def _check_host_tier(entry: VersionEntry, window: Window | None, mamba: Mamba | None, cache_kind: str) -> None:
     """Refuse a host tier kvparity does not drive, naming why."""
     if entry.host_tier is None:
@@ -374,13 +369,13 @@ class RealWorld:
         # pool), and a host tier (issue 35: full attention or Mamba, on the tree the release
         # attaches HiCache to).
         g = GeometryView.of(geometry)
-        window = _part(caches, SlidingWindow)
+        window = part_of(caches, SlidingWindow)
         self.window = None if window is None else Window(window.size, window_slots(g.kv_slots, g.page_size, window.kv_slots),
                                                          window.eviction_interval)
-        states = _part(caches, MambaStates)
+        states = part_of(caches, MambaStates)
         self.mamba = None if states is None else Mamba(states.slots)
         hybrid = self.window is not None or self.mamba is not None
-        self.host = _part(caches, HostTier)
+        self.host = part_of(caches, HostTier)
         if self.host is not None:
             _check_host_tier(entry, self.window, self.mamba, cache_kind)
             if entry.host_tier == "unified":
@@ -717,9 +712,7 @@ class RealWorld:
         took. Before, the waiting request keeps the slot for its admission."""
         if self.mamba is None or not self.entry.mamba_refusal_frees:
             return
-        # The state fields are on req.kv from 0.5.19 (0.5.16 to 0.5.18 have a req.kv of their own,
-        # a ReqKvInfo set only while the request holds KV: None here).
-        kv = req.kv if self.entry.req_kv_info else req
+        kv = state_fields(req, self.entry)
         kv.mamba_cow_src_index, kv.mamba_needs_clear = None, False
         if kv.mamba_pool_idx is not None:
             state_allocator(self.req_to_token_pool, self.entry).free(kv.mamba_pool_idx.unsqueeze(-1))
@@ -1047,6 +1040,7 @@ def build_real_world(version_entry: VersionEntry, backend: str, geometry: Any, c
     the poison value. ``options``: what the generation offers (0.5.22+: ``tree_core``, ``tree_class``)
     and the server's caches, as records (``caches``) or printed flat (``sliding_window=8``, from a
     harness lane)."""
-    rest, flat = split_cache_fields(options)
-    caches = tuple(rest.pop("caches", ())) + flat
+    rest = dict(options)
+    flat = {name: rest.pop(name) for name in options if name in flat_owner()}
+    caches = cache_parts(flat, tuple(rest.pop("caches", ())))
     return world_class(version_entry)(version_entry, backend, geometry, cache_kind, device, caches=caches, **rest)

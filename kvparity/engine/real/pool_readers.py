@@ -186,13 +186,18 @@ def mamba_state(entry: VersionEntry, req_to_token_pool: Any, tree: Any, radix: b
         protected_size=int(tree.mamba_protected_size()) if radix else 0)
 
 
+def state_fields(req: Any, entry: VersionEntry) -> Any:
+    """Where a request keeps its row and state slot: ``req.kv`` from 0.5.19 (the entry's
+    ``req_kv_info``); the request itself before (0.5.16 to 0.5.18 have a ``req.kv`` of their own,
+    a ``ReqKvInfo`` set only while the request holds KV)."""
+    return req.kv if entry.req_kv_info else req
+
+
 def _waiting_slots(reqs: Iterable[Any], entry: VersionEntry) -> tuple[int, ...]:
-    """The state slots of waiting requests that hold no row. The state fields are on ``req.kv``
-    from 0.5.19 (the entry's ``req_kv_info``); 0.5.16 to 0.5.18 have a ``req.kv`` of their own, a
-    ``ReqKvInfo`` set only while the request holds KV, and keep them on the request."""
+    """The state slots of waiting requests that hold no row."""
     held = []
     for req in reqs:
-        kv = req.kv if entry.req_kv_info else req
+        kv = state_fields(req, entry)
         if kv.mamba_pool_idx is not None and kv.req_pool_idx is None:
             held.append(int(kv.mamba_pool_idx))
     return tuple(sorted(held))
